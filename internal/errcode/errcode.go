@@ -1,0 +1,122 @@
+// Package errcode holds the coded errors of fm.
+//
+// Every failure that reaches an operator carries exactly one code from the
+// contract's list (CONTRACT §14) and a lower-case message that names the
+// offending path, field or value. The CLI prints it as one line
+// "error[<code>]: <message>" and exits 1 (2 for usage).
+package errcode
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is one of the contract's error codes.
+type Code string
+
+// The error codes of CONTRACT §14. Add one only when none fits, and list it in
+// docs/configuration.md's troubleshooting table.
+const (
+	Usage                Code = "usage"
+	HomeInvalid          Code = "home-invalid"
+	JSONInvalid          Code = "json-invalid"
+	JSONOversized        Code = "json-oversized"
+	SchemaInvalid        Code = "schema-invalid"
+	PathUnsafe           Code = "path-unsafe"
+	LinkUnsafe           Code = "link-unsafe"
+	ModeUnsafe           Code = "mode-unsafe"
+	OwnerMismatch        Code = "owner-mismatch"
+	PackageMissing       Code = "package-missing"
+	PackageInvalid       Code = "package-invalid"
+	PackageOversized     Code = "package-oversized"
+	ManifestMissing      Code = "manifest-missing"
+	EntrypointMissing    Code = "entrypoint-missing"
+	EntrypointInvalid    Code = "entrypoint-invalid"
+	IntegrityMismatch    Code = "integrity-mismatch"
+	ProtocolIncompatible Code = "protocol-incompatible"
+	ConsentMissing       Code = "consent-missing"
+	CapabilityMismatch   Code = "capability-mismatch"
+	AdapterConflict      Code = "adapter-conflict"
+	AdapterUnbound       Code = "adapter-unbound"
+	BindingExists        Code = "binding-exists"
+	BindingMissing       Code = "binding-missing"
+	BindingInUse         Code = "binding-in-use"
+	RegistryOversized    Code = "registry-oversized"
+	RegistryInvalid      Code = "registry-invalid"
+	HandshakeInvalid     Code = "handshake-invalid"
+	RequestIDMismatch    Code = "request-id-mismatch"
+	ResponseInvalid      Code = "response-invalid"
+	ResponseOversized    Code = "response-oversized"
+	RequestOversized     Code = "request-oversized"
+	StderrOversized      Code = "stderr-oversized"
+	Timeout              Code = "timeout"
+	ProcessFailed        Code = "process-failed"
+	ProcessLeak          Code = "process-leak"
+	ProcessCleanupFailed Code = "process-cleanup-failed"
+	ExtInvalidRequest    Code = "extension-invalid-request"
+	ExtIncompatible      Code = "extension-incompatible"
+	ExtConflict          Code = "extension-conflict"
+	ExtUnavailable       Code = "extension-unavailable"
+	ExtInternal          Code = "extension-internal"
+	SourceMissing        Code = "source-missing"
+	SourceActive         Code = "source-active"
+	OwnerTokenMismatch   Code = "owner-token-mismatch"
+	TransferExists       Code = "transfer-exists"
+	TransferMissing      Code = "transfer-missing"
+	RetirementPartial    Code = "retirement-partial"
+	Internal             Code = "internal"
+)
+
+// All lists every code, in the contract's order. Documentation tests use it.
+var All = []Code{
+	Usage, HomeInvalid, JSONInvalid, JSONOversized, SchemaInvalid, PathUnsafe,
+	LinkUnsafe, ModeUnsafe, OwnerMismatch, PackageMissing, PackageInvalid,
+	PackageOversized, ManifestMissing, EntrypointMissing, EntrypointInvalid,
+	IntegrityMismatch, ProtocolIncompatible, ConsentMissing, CapabilityMismatch,
+	AdapterConflict, AdapterUnbound, BindingExists, BindingMissing, BindingInUse,
+	RegistryOversized, RegistryInvalid, HandshakeInvalid, RequestIDMismatch,
+	ResponseInvalid, ResponseOversized, RequestOversized, StderrOversized,
+	Timeout, ProcessFailed, ProcessLeak, ProcessCleanupFailed, ExtInvalidRequest,
+	ExtIncompatible, ExtConflict, ExtUnavailable, ExtInternal, SourceMissing,
+	SourceActive, OwnerTokenMismatch, TransferExists, TransferMissing,
+	RetirementPartial, Internal,
+}
+
+// Error is a failure with a contract code. Msg is shown to the operator; Err,
+// when set, is the underlying cause kept for errors.Is/As.
+type Error struct {
+	Code Code
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an Error with a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an Error with a formatted message that keeps err as its cause.
+// The cause's text is appended after ": ".
+func Wrap(code Code, err error, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return &Error{Code: code, Msg: msg, Err: err}
+}
+
+// Of returns the code of the outermost coded error in err's chain, or
+// Internal when there is none.
+func Of(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// Is reports whether err carries code.
+func Is(err error, code Code) bool { return err != nil && Of(err) == code }

@@ -1,0 +1,217 @@
+// Package home resolves the code root, the effective home and the state root,
+// and checks the private directories fm keeps state in.
+//
+// Rules (CONTRACT §1):
+//   - code root: FM_ROOT_OVERRIDE, else the parent of the directory holding the
+//     running executable, symlinks resolved. Built-in adapters live in its bin/.
+//   - effective home: FM_HOME, else FM_ROOT_OVERRIDE, else the code root. It must
+//     be an existing directory owned by the user; it is used canonically.
+//   - state root: FM_STATE_OVERRIDE, else <home>/state. Where it exists it must
+//     be private: canonical, not a link, owned by the user, no group/other write.
+//
+// No other environment variable is read, and nothing in a home is named by the
+// environment: packages, bindings and registrations are found only at the
+// fixed paths below.
+package home
+
+import (
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Home is one resolved Firstmate home. All paths are absolute and canonical.
+type Home struct {
+	Root  string // code root
+	Dir   string // effective home
+	State string // state root (may not exist yet)
+}
+
+// Resolve reads FM_ROOT_OVERRIDE, FM_HOME and FM_STATE_OVERRIDE and checks the
+// result. It creates nothing.
+func Resolve() (*Home, error) {
+	root := os.Getenv("FM_ROOT_OVERRIDE")
+	if root == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, errcode.Wrap(errcode.HomeInvalid, err, "cannot locate the running fm")
+		}
+		exe, err = filepath.EvalSymlinks(exe)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.HomeInvalid, err, "cannot resolve the running fm")
+		}
+		root = filepath.Dir(filepath.Dir(exe))
+	}
+	dir := os.Getenv("FM_HOME")
+	if dir == "" {
+		dir = root
+	}
+	var err error
+	if root, err = canonicalDir(root, "code root"); err != nil {
+		return nil, err
+	}
+	if dir, err = canonicalDir(dir, "home"); err != nil {
+		return nil, err
+	}
+	if err := checkOwned(dir, "home"); err != nil {
+		return nil, err
+	}
+	state := os.Getenv("FM_STATE_OVERRIDE")
+	if state == "" {
+		state = filepath.Join(dir, "state")
+	} else if !filepath.IsAbs(state) {
+		return nil, errcode.New(errcode.HomeInvalid, "state root %q: FM_STATE_OVERRIDE must be absolute", state)
+	}
+	h := &Home{Root: root, Dir: dir, State: filepath.Clean(state)}
+	if _, err := os.Lstat(h.State); err == nil {
+		if err := CheckPrivate(h.State, false); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func canonicalDir(p, what string) (string, error) {
+	if !filepath.IsAbs(p) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", errcode.Wrap(errcode.HomeInvalid, err, "%s %q", what, p)
+		}
+		p = abs
+	}
+	c, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", errcode.New(errcode.HomeInvalid, "%s %q does not exist; create it or fix FM_HOME/FM_ROOT_OVERRIDE", what, p)
+	}
+	fi, err := os.Stat(c)
+	if err != nil || !fi.IsDir() {
+		return "", errcode.New(errcode.HomeInvalid, "%s %q is not a directory", what, p)
+	}
+	return c, nil
+}
+
+func checkOwned(p, what string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return errcode.Wrap(errcode.HomeInvalid, err, "%s %q", what, p)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return errcode.New(errcode.HomeInvalid, "%s %q is owned by uid %d, not by you (uid %d)", what, p, st.Uid, os.Geteuid())
+	}
+	return nil
+}
+
+// The fixed layout of a home (CONTRACT [HOME-4]).
+
+// Bindings is config/extensions.d, the enabled-binding registry.
+func (h *Home) Bindings() string { return filepath.Join(h.Dir, "config", "extensions.d") }
+
+// Extensions is data/extensions, the parent of the store and retired state.
+func (h *Home) Extensions() string { return filepath.Join(h.Dir, "data", "extensions") }
+
+// Packages is the content-addressed package store.
+func (h *Home) Packages() string { return filepath.Join(h.Extensions(), "packages") }
+
+// PackageRoot is where a package identity is installed.
+func (h *Home) PackageRoot(id, version, treeHex string) string {
+	return filepath.Join(h.Packages(), id, version, treeHex)
+}
+
+// RetiredBindings holds retired, restorable binding files.
+func (h *Home) RetiredBindings() string { return filepath.Join(h.Extensions(), "retired-bindings") }
+
+// Staging holds received transfers.
+func (h *Home) Staging() string { return filepath.Join(h.Extensions(), "staging") }
+
+// RetiredStaging holds retired or failed transfers.
+func (h *Home) RetiredStaging() string { return filepath.Join(h.Extensions(), "retired-staging") }
+
+// Secondmates is the route file of `fm on`.
+func (h *Home) Secondmates() string { return filepath.Join(h.Dir, "data", "secondmates.json") }
+
+// ExtensionState is the package's own state directory.
+func (h *Home) ExtensionState(id string) string { return filepath.Join(h.State, "extensions", id) }
+
+// Invocations holds live-invocation cleanup records.
+func (h *Home) Invocations() string { return filepath.Join(h.State, "extension-invocations") }
+
+// Registrations holds process-event source registrations.
+func (h *Home) Registrations() string { return filepath.Join(h.State, "procevent") }
+
+// Inbox holds captured process-event results.
+func (h *Home) Inbox() string { return filepath.Join(h.State, "procevent-inbox") }
+
+// WakeQueue is the durable wake queue.
+func (h *Home) WakeQueue() string { return filepath.Join(h.State, ".wake-queue") }
+
+// CheckPrivate checks that p is a private directory: not a link, canonical,
+// owned by the user, and without group/other write bits; with exact, its
+// permission bits must be exactly 0700.
+func CheckPrivate(p string, exact bool) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		if os.IsNotExist(err) {
+			return errcode.New(errcode.PathUnsafe, "directory %q is missing", p)
+		}
+		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", p)
+	}
+	return checkStat(p, &st, exact)
+}
+
+func checkStat(p string, st *unix.Stat_t, exact bool) error {
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return errcode.New(errcode.LinkUnsafe, "directory %q is a symlink", p)
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return errcode.New(errcode.PathUnsafe, "%q is not a directory", p)
+	case int(st.Uid) != os.Geteuid():
+		return errcode.New(errcode.OwnerMismatch, "directory %q is owned by uid %d, not by you (uid %d)", p, st.Uid, os.Geteuid())
+	case exact && st.Mode&0o7777 != 0o700:
+		return errcode.New(errcode.ModeUnsafe, "directory %q has mode %04o; it must be 0700 (chmod 700)", p, st.Mode&0o7777)
+	case st.Mode&0o022 != 0:
+		return errcode.New(errcode.ModeUnsafe, "directory %q is group- or world-writable (mode %04o); chmod go-w it", p, st.Mode&0o7777)
+	}
+	if c, err := filepath.EvalSymlinks(p); err != nil || c != filepath.Clean(p) {
+		return errcode.New(errcode.PathUnsafe, "directory %q is not canonical (a path component is a symlink)", p)
+	}
+	return nil
+}
+
+// EnsurePrivate creates p and any missing parents below h.Dir or h.State with
+// mode 0700, then checks p as CheckPrivate(p, exact). Existing parents are not
+// changed.
+func EnsurePrivate(p string, exact bool) error {
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		return errcode.Wrap(errcode.PathUnsafe, err, "create directory %q", p)
+	}
+	return CheckPrivate(p, exact)
+}
+
+// OpenPrivate opens the private directory p without following a final link
+// and checks the opened descriptor itself, so later *at calls through it stay
+// in that exact directory even if the path is swapped afterwards.
+func OpenPrivate(p string, exact bool) (*os.File, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ELOOP || err == unix.ENOTDIR {
+			return nil, errcode.New(errcode.LinkUnsafe, "directory %q is a symlink or not a directory", p)
+		}
+		if os.IsNotExist(err) {
+			return nil, errcode.New(errcode.PathUnsafe, "directory %q is missing", p)
+		}
+		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", p)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, errcode.Wrap(errcode.PathUnsafe, err, "stat directory %q", p)
+	}
+	if err := checkStat(p, &st, exact); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}

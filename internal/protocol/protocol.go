@@ -1,0 +1,354 @@
+// Package protocol holds the executable protocol between the host and a
+// package entrypoint: the handshake and invoke envelopes, the
+// process-event-adapter/1 operations, request ids, and the failure evidence
+// document (CONTRACT §7.2, §9, §10.4).
+//
+// Every byte a package returns is untrusted evidence: responses are parsed
+// strictly, every identity must equal what the host sent, and no field can
+// widen what the host does. A package's diagnostic text is never returned by
+// this package to a caller; only its error code is.
+package protocol
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// Schemas and names on the wire.
+const (
+	HandshakeRequestSchema  = "firstmate.extension-handshake-request.v1"
+	HandshakeResponseSchema = "firstmate.extension-handshake-response.v1"
+	RequestSchema           = "firstmate.extension-request.v1"
+	ResponseSchema          = "firstmate.extension-response.v1"
+	EvidenceSchema          = "firstmate.process-event-extension-error.v1"
+	Capability              = "process-event-adapter"
+)
+
+// Bounds of the protocol (CONTRACT [INV-4], [INV-5], [OP-1]).
+const (
+	MaxEnvelope      = 65536
+	MaxStderr        = 8192
+	MaxPollOutput    = 32768
+	MaxContent       = 32768
+	MaxDiagnostic    = 512
+	MaxClassifyToken = 64
+	MaxConfigRef     = 512
+	HandshakeTimeout = 5000 // milliseconds
+)
+
+// Supported versions of this host.
+var (
+	HostProtocols      = []int64{1}
+	CapabilityVersions = []int64{1}
+)
+
+// The four operations of process-event-adapter/1.
+const (
+	OpPoll     = "source.poll"
+	OpClassify = "result.classify"
+	OpTerminal = "result.terminal"
+	OpSilent   = "result.silent"
+)
+
+// Operations lists them in the contract's order.
+var Operations = []string{OpPoll, OpClassify, OpTerminal, OpSilent}
+
+// HandshakeCapability is the capability block of a handshake request.
+type HandshakeCapability struct {
+	Name         string   `json:"name"`
+	Versions     []int64  `json:"versions"`
+	AdapterNames []string `json:"adapter_names"`
+}
+
+// HandshakeRequest is sent with verb "handshake" ([PROTO-1]).
+type HandshakeRequest struct {
+	Schema           string              `json:"schema"`
+	RequestID        string              `json:"request_id"`
+	HostProtocols    []int64             `json:"host_protocols"`
+	ExtensionID      string              `json:"extension_id"`
+	ExtensionVersion string              `json:"extension_version"`
+	PackageDigest    string              `json:"package_digest"`
+	Capability       HandshakeCapability `json:"capability"`
+}
+
+// HandshakeResponse is what the entrypoint answers ([PROTO-2]).
+type HandshakeResponse struct {
+	Schema            string   `json:"schema"`
+	RequestID         string   `json:"request_id"`
+	ExtensionID       string   `json:"extension_id"`
+	ExtensionVersion  string   `json:"extension_version"`
+	HostProtocol      int64    `json:"host_protocol"`
+	Capability        string   `json:"capability"`
+	CapabilityVersion int64    `json:"capability_version"`
+	AdapterNames      []string `json:"adapter_names"`
+}
+
+// Request is sent with verb "invoke" ([PROTO-3]).
+type Request struct {
+	Schema            string `json:"schema"`
+	RequestID         string `json:"request_id"`
+	HostProtocol      int64  `json:"host_protocol"`
+	ExtensionID       string `json:"extension_id"`
+	ExtensionVersion  string `json:"extension_version"`
+	PackageDigest     string `json:"package_digest"`
+	Capability        string `json:"capability"`
+	CapabilityVersion int64  `json:"capability_version"`
+	Adapter           string `json:"adapter"`
+	Operation         string `json:"operation"`
+	Input             any    `json:"input"`
+}
+
+// Response is the invoke answer ([PROTO-4]).
+type Response struct {
+	Schema    string         `json:"schema"`
+	RequestID string         `json:"request_id"`
+	OK        bool           `json:"ok"`
+	Result    jsontext.Value `json:"result"`
+	Error     *ErrorBody     `json:"error"`
+}
+
+// ErrorBody is a package failure.
+type ErrorBody struct {
+	Code       string `json:"code"`
+	Retryable  bool   `json:"retryable"`
+	Diagnostic string `json:"diagnostic"`
+}
+
+// PackageErrorCodes are the codes a package may answer.
+var PackageErrorCodes = []string{"invalid-request", "incompatible", "conflict", "unavailable", "internal"}
+
+// PollInput is the input of source.poll.
+type PollInput struct {
+	SourceID  string `json:"source_id"`
+	ConfigRef string `json:"config_ref"`
+}
+
+// ResultInput is the input of result.classify, result.terminal and result.silent.
+type ResultInput struct {
+	SourceID string `json:"source_id"`
+	Sequence int64  `json:"sequence"`
+	Content  string `json:"content"`
+}
+
+// PollResult is the result of source.poll.
+type PollResult struct {
+	Status string `json:"status"`
+	Output string `json:"output"`
+}
+
+// ClassifyResult is the result of result.classify.
+type ClassifyResult struct {
+	Classification string `json:"classification"`
+}
+
+// BoolResult is the result of result.terminal and result.silent.
+type BoolResult struct {
+	Value bool `json:"value"`
+}
+
+var (
+	requestIDRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	sourceIDRe  = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
+	tokenRe     = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
+)
+
+// NewRequestID returns a fresh random request id ([PROTO-5]).
+func NewRequestID() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return "sha256:" + hex.EncodeToString(b[:])
+}
+
+// CheckRequestID reports whether id is sha256:<64 lowercase hex>.
+func CheckRequestID(id string) error {
+	if !requestIDRe.MatchString(id) {
+		return errcode.New(errcode.Usage, "request id %q must be sha256:<64 lowercase hex>", trunc(id))
+	}
+	return nil
+}
+
+// PollRequestID derives the request id of a runner's source.poll ([RID-1]):
+// the same registration generation and the same next sequence give the same
+// id, so a retry before a durable capture is idempotent for the package.
+func PollRequestID(adapter, sourceID string, seq int64, token, packageDigest string) string {
+	h := sha256.New()
+	for _, line := range []string{"firstmate-process-event-request-v1", adapter, sourceID, strconv.FormatInt(seq, 10), token, packageDigest} {
+		h.Write([]byte(line))
+		h.Write([]byte{'\n'})
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// CheckSourceID applies [OP-1] to a source id.
+func CheckSourceID(s string) error {
+	if !sourceIDRe.MatchString(s) {
+		return errcode.New(errcode.Usage, "source id %q must be 1..64 of [A-Za-z0-9._-], not starting with '.'", trunc(s))
+	}
+	return nil
+}
+
+// CheckConfigRef applies [OP-1] to a config reference.
+func CheckConfigRef(s string) error {
+	if len(s) == 0 || len(s) > MaxConfigRef || !utf8.ValidString(s) || strings.ContainsFunc(s, isControl) {
+		return errcode.New(errcode.Usage, "config ref must be one line of 1..%d bytes of UTF-8 with no control characters", MaxConfigRef)
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
+
+// CheckHandshake verifies a handshake response against the request it answers
+// ([PROTO-2]). The adapter-name set must equal the enabled subset exactly.
+func CheckHandshake(data []byte, req *HandshakeRequest) error {
+	var resp HandshakeResponse
+	if err := strictjson.Decode(data, MaxEnvelope, "handshake response", &resp); err != nil {
+		return errcode.Wrap(errcode.HandshakeInvalid, nil, "%s", err.Error())
+	}
+	if resp.RequestID != req.RequestID {
+		return errcode.New(errcode.RequestIDMismatch, "handshake response: request_id does not match the request")
+	}
+	bad := func(field string) error {
+		return errcode.New(errcode.HandshakeInvalid, "handshake response: %s does not match the binding", field)
+	}
+	switch {
+	case resp.Schema != HandshakeResponseSchema:
+		return bad("schema")
+	case resp.ExtensionID != req.ExtensionID:
+		return bad("extension_id")
+	case resp.ExtensionVersion != req.ExtensionVersion:
+		return bad("extension_version")
+	case !slices.Contains(req.HostProtocols, resp.HostProtocol):
+		return bad("host_protocol")
+	case resp.Capability != req.Capability.Name:
+		return bad("capability")
+	case !slices.Contains(req.Capability.Versions, resp.CapabilityVersion):
+		return bad("capability_version")
+	case !sameSet(resp.AdapterNames, req.Capability.AdapterNames):
+		return bad("adapter_names")
+	}
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y) && len(slices.Compact(x)) == len(a)
+}
+
+// CheckResponse verifies an invoke response and returns its result object.
+// A well-formed ok=false answer becomes extension-<code>; its diagnostic is
+// validated and dropped, never returned.
+func CheckResponse(data []byte, requestID string) (jsontext.Value, error) {
+	var resp Response
+	if err := strictjson.Decode(data, MaxEnvelope, "response", &resp); err != nil {
+		return nil, errcode.Wrap(errcode.ResponseInvalid, nil, "%s", err.Error())
+	}
+	if resp.Schema != ResponseSchema {
+		return nil, errcode.New(errcode.ResponseInvalid, "response: schema must be %q", ResponseSchema)
+	}
+	if resp.RequestID != requestID {
+		return nil, errcode.New(errcode.RequestIDMismatch, "response: request_id does not match the request")
+	}
+	if resp.OK {
+		if resp.Error != nil || resp.Result.Kind() != '{' {
+			return nil, errcode.New(errcode.ResponseInvalid, "response: ok=true needs an object result and a null error")
+		}
+		return resp.Result, nil
+	}
+	if resp.Error == nil || resp.Result.Kind() != 'n' {
+		return nil, errcode.New(errcode.ResponseInvalid, "response: ok=false needs a null result and an error object")
+	}
+	e := resp.Error
+	if !slices.Contains(PackageErrorCodes, e.Code) {
+		return nil, errcode.New(errcode.ResponseInvalid, "response: error.code is not one of %s", strings.Join(PackageErrorCodes, ", "))
+	}
+	if len(e.Diagnostic) == 0 || len(e.Diagnostic) > MaxDiagnostic || strings.ContainsFunc(e.Diagnostic, isControl) {
+		return nil, errcode.New(errcode.ResponseInvalid, "response: error.diagnostic must be 1..%d bytes without control characters", MaxDiagnostic)
+	}
+	retry := ""
+	if e.Retryable {
+		retry = " (retryable)"
+	}
+	return nil, errcode.New(errcode.Code("extension-"+e.Code), "the package answered %s%s; its diagnostic is not shown", e.Code, retry)
+}
+
+// DecodeResult parses an operation's result object into the operation's exact
+// shape and applies its value rules.
+func DecodeResult(op string, raw jsontext.Value) (any, error) {
+	wrap := func(err error) error { return errcode.Wrap(errcode.ResponseInvalid, nil, "%s", err.Error()) }
+	what := op + " result"
+	switch op {
+	case OpPoll:
+		var r PollResult
+		if err := strictjson.Decode(raw, MaxEnvelope, what, &r); err != nil {
+			return nil, wrap(err)
+		}
+		switch {
+		case r.Status == "result" && len(r.Output) >= 1 && len(r.Output) <= MaxPollOutput:
+		case r.Status == "no-result" && r.Output == "":
+		case r.Status == "result" && len(r.Output) > MaxPollOutput:
+			return nil, errcode.New(errcode.ResponseOversized, "%s: output is larger than %d bytes", what, MaxPollOutput)
+		default:
+			return nil, errcode.New(errcode.ResponseInvalid, "%s: needs status \"result\" with 1..%d bytes of output, or \"no-result\" with empty output", what, MaxPollOutput)
+		}
+		return &r, nil
+	case OpClassify:
+		var r ClassifyResult
+		if err := strictjson.Decode(raw, MaxEnvelope, what, &r); err != nil {
+			return nil, wrap(err)
+		}
+		if len(r.Classification) > MaxClassifyToken || !tokenRe.MatchString(r.Classification) {
+			return nil, errcode.New(errcode.ResponseInvalid, "%s: classification must be a lower-case token of at most %d bytes", what, MaxClassifyToken)
+		}
+		return &r, nil
+	case OpTerminal, OpSilent:
+		var r BoolResult
+		if err := strictjson.Decode(raw, MaxEnvelope, what, &r); err != nil {
+			return nil, wrap(err)
+		}
+		return &r, nil
+	}
+	return nil, errcode.New(errcode.Usage, "unknown operation %q (one of %s)", op, strings.Join(Operations, ", "))
+}
+
+// Evidence is the host-produced document that replaces a failed source.poll
+// ([OP-3]). It carries only host-chosen values, never package text.
+type Evidence struct {
+	Code        string `json:"code"`
+	ExtensionID string `json:"extension_id"`
+	Operation   string `json:"operation"`
+	Schema      string `json:"schema"`
+}
+
+// EvidenceFor returns the canonical evidence line for a failed poll.
+func EvidenceFor(err error, extensionID string) []byte {
+	if extensionID == "" {
+		extensionID = "unknown"
+	}
+	b, _ := strictjson.Canonical(Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: OpPoll, Schema: EvidenceSchema})
+	return b
+}
+
+func trunc(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}

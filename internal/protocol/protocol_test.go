@@ -1,0 +1,195 @@
+package protocol
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+const rid = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+func hsReq() *HandshakeRequest {
+	return &HandshakeRequest{
+		Schema: HandshakeRequestSchema, RequestID: rid, HostProtocols: []int64{1},
+		ExtensionID: "org.example.x", ExtensionVersion: "1.0.0",
+		PackageDigest: "sha256:2222222222222222222222222222222222222222222222222222222222222222",
+		Capability:    HandshakeCapability{Name: Capability, Versions: []int64{1}, AdapterNames: []string{"a", "b"}},
+	}
+}
+
+const hsGood = `{"schema":"firstmate.extension-handshake-response.v1","request_id":"` + rid + `","extension_id":"org.example.x","extension_version":"1.0.0","host_protocol":1,"capability":"process-event-adapter","capability_version":1,"adapter_names":["b","a"]}`
+
+// [PROTO-2]
+func TestCheckHandshake(t *testing.T) {
+	if err := CheckHandshake([]byte(hsGood), hsReq()); err != nil {
+		t.Fatalf("good handshake refused: %v", err)
+	}
+	r := strings.NewReplacer
+	cases := []struct {
+		name, in string
+		code     errcode.Code
+	}{
+		{"wrong request id", strings.Replace(hsGood, "1111", "3333", 1), errcode.RequestIDMismatch},
+		{"extra field", strings.Replace(hsGood, `"host_protocol":1`, `"host_protocol":1,"force":true`, 1), errcode.HandshakeInvalid},
+		{"duplicate key", strings.Replace(hsGood, `"host_protocol":1`, `"host_protocol":1,"host_protocol":1`, 1), errcode.HandshakeInvalid},
+		{"malformed", hsGood[:30], errcode.HandshakeInvalid},
+		{"wrong id", r(`org.example.x`, `org.example.y`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"wrong version", r(`"1.0.0"`, `"1.0.1"`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"protocol 2", r(`"host_protocol":1`, `"host_protocol":2`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"capability version 2", r(`"capability_version":1`, `"capability_version":2`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"adapter superset", r(`["b","a"]`, `["b","a","c"]`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"adapter subset", r(`["b","a"]`, `["a"]`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"adapter duplicate", r(`["b","a"]`, `["a","a"]`).Replace(hsGood), errcode.HandshakeInvalid},
+		{"wrong schema", r(`handshake-response`, `handshake-request`).Replace(hsGood), errcode.HandshakeInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := CheckHandshake([]byte(c.in), hsReq()); errcode.Of(err) != c.code {
+				t.Fatalf("got %v, want %s", err, c.code)
+			}
+		})
+	}
+}
+
+const okResp = `{"schema":"firstmate.extension-response.v1","request_id":"` + rid + `","ok":true,"result":{"status":"result","output":"hi"},"error":null}`
+
+// [PROTO-4] strict responses; a package failure maps to extension-<code>
+// and its diagnostic never appears in the error.
+func TestCheckResponse(t *testing.T) {
+	raw, err := CheckResponse([]byte(okResp), rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := DecodeResult(OpPoll, raw)
+	if err != nil || res.(*PollResult).Output != "hi" {
+		t.Fatalf("%v %v", res, err)
+	}
+	secret := "TOP-SECRET-DIAG"
+	fail := func(code string) string {
+		return `{"schema":"firstmate.extension-response.v1","request_id":"` + rid + `","ok":false,"result":null,"error":{"code":"` + code + `","retryable":true,"diagnostic":"` + secret + `"}}`
+	}
+	cases := []struct {
+		name, in string
+		code     errcode.Code
+	}{
+		{"bom", "\ufeff" + okResp, errcode.ResponseInvalid},
+		{"invalid utf-8", strings.Replace(okResp, "hi", "h\xffi", 1), errcode.ResponseInvalid},
+		{"raw control", strings.Replace(okResp, "hi", "h\x01i", 1), errcode.ResponseInvalid},
+		{"two documents", okResp + okResp, errcode.ResponseInvalid},
+		{"wrong request id", strings.Replace(okResp, "1111", "4444", 1), errcode.RequestIDMismatch},
+		{"ok with error", strings.Replace(okResp, `"error":null`, `"error":{"code":"internal","retryable":false,"diagnostic":"x"}`, 1), errcode.ResponseInvalid},
+		{"ok with null result", strings.Replace(okResp, `{"status":"result","output":"hi"}`, `null`, 1), errcode.ResponseInvalid},
+		{"missing error key", strings.Replace(okResp, `,"error":null`, ``, 1), errcode.ResponseInvalid},
+		{"unavailable", fail("unavailable"), errcode.ExtUnavailable},
+		{"invalid-request", fail("invalid-request"), errcode.ExtInvalidRequest},
+		{"incompatible", fail("incompatible"), errcode.ExtIncompatible},
+		{"conflict", fail("conflict"), errcode.ExtConflict},
+		{"internal", fail("internal"), errcode.ExtInternal},
+		{"unknown code", fail("forbidden"), errcode.ResponseInvalid},
+		{"fail with result", strings.Replace(fail("internal"), `"result":null`, `"result":{}`, 1), errcode.ResponseInvalid},
+		{"long diagnostic", strings.Replace(fail("internal"), secret, strings.Repeat("d", 513), 1), errcode.ResponseInvalid},
+		{"empty diagnostic", strings.Replace(fail("internal"), secret, "", 1), errcode.ResponseInvalid},
+		{"control in diagnostic", strings.Replace(fail("internal"), secret, `a\nb`, 1), errcode.ResponseInvalid},
+		{"extra error field", strings.Replace(fail("internal"), `"retryable":true`, `"retryable":true,"authority":"merge"`, 1), errcode.ResponseInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := CheckResponse([]byte(c.in), rid)
+			if errcode.Of(err) != c.code {
+				t.Fatalf("got %v, want %s", err, c.code)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("diagnostic leaked: %v", err)
+			}
+		})
+	}
+}
+
+// [OP-1] results have exactly their operation's shape.
+func TestDecodeResult(t *testing.T) {
+	ok := map[string]string{
+		OpPoll:     `{"status":"no-result","output":""}`,
+		OpClassify: `{"classification":"file-signal"}`,
+		OpTerminal: `{"value":true}`,
+		OpSilent:   `{"value":false}`,
+	}
+	for op, in := range ok {
+		if _, err := DecodeResult(op, []byte(in)); err != nil {
+			t.Errorf("%s %s: %v", op, in, err)
+		}
+	}
+	bad := []struct{ op, in string }{
+		{OpPoll, `{"status":"result","output":""}`},
+		{OpPoll, `{"status":"no-result","output":"x"}`},
+		{OpPoll, `{"status":"maybe","output":"x"}`},
+		{OpPoll, `{"status":"result","output":"x","path":"/etc/passwd"}`},
+		{OpPoll, `{"status":"result","output":"` + strings.Repeat("a", MaxPollOutput+1) + `"}`},
+		{OpClassify, `{"classification":"File-Signal"}`},
+		{OpClassify, `{"classification":"` + strings.Repeat("a", 65) + `"}`},
+		{OpClassify, `{"classification":""}`},
+		{OpTerminal, `{"value":"true"}`},
+		{OpTerminal, `{"value":true,"force":true}`},
+		{OpSilent, `{}`},
+	}
+	for _, c := range bad {
+		if _, err := DecodeResult(c.op, []byte(c.in)); err == nil {
+			t.Errorf("%s %s accepted", c.op, c.in)
+		}
+	}
+	if _, err := DecodeResult(OpPoll, []byte(`{"status":"result","output":"`+strings.Repeat("a", MaxPollOutput)+`"}`)); err != nil {
+		t.Errorf("output exactly at the bound refused: %v", err)
+	}
+}
+
+// [RID-1] the derivation matches an independent computation with sha256sum.
+func TestPollRequestID(t *testing.T) {
+	tok := "sha256:" + strings.Repeat("a", 64)
+	pd := "sha256:" + strings.Repeat("b", 64)
+	got := PollRequestID("review-feed", "src-1", 7, tok, pd)
+	cmd := exec.Command("sha256sum")
+	cmd.Stdin = strings.NewReader("firstmate-process-event-request-v1\nreview-feed\nsrc-1\n7\n" + tok + "\n" + pd + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skip("sha256sum unavailable:", err)
+	}
+	if want := "sha256:" + strings.Fields(string(out))[0]; got != want {
+		t.Fatalf("got %s want %s", got, want)
+	}
+	if PollRequestID("review-feed", "src-1", 8, tok, pd) == got {
+		t.Fatal("next sequence gave the same id")
+	}
+	if PollRequestID("review-feed", "src-1", 7, "sha256:"+strings.Repeat("c", 64), pd) == got {
+		t.Fatal("new registration token gave the same id")
+	}
+	if err := CheckRequestID(NewRequestID()); err != nil || NewRequestID() == NewRequestID() {
+		t.Fatal("random request ids are malformed or repeat")
+	}
+}
+
+// [OP-3] evidence is one canonical line of host-chosen values.
+func TestEvidence(t *testing.T) {
+	got := string(EvidenceFor(errcode.New(errcode.Timeout, "x"), ""))
+	want := `{"code":"timeout","extension_id":"unknown","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}`
+	if got != want {
+		t.Fatalf("got %s", got)
+	}
+}
+
+// [OP-1] source ids and config refs.
+func TestInputs(t *testing.T) {
+	for _, s := range []string{"a", "review-feed.main_1", strings.Repeat("x", 64)} {
+		if CheckSourceID(s) != nil {
+			t.Errorf("%q refused", s)
+		}
+	}
+	for _, s := range []string{"", ".hidden", "a/b", "a b", strings.Repeat("x", 65), "é"} {
+		if CheckSourceID(s) == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+	if CheckConfigRef("file:/tmp/x") != nil || CheckConfigRef("a\nb") == nil || CheckConfigRef(strings.Repeat("a", 513)) == nil || CheckConfigRef("") == nil {
+		t.Error("config ref rules")
+	}
+}

@@ -1,0 +1,157 @@
+package strictjson
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+type inner struct {
+	Name string  `json:"name"`
+	N    []int64 `json:"n"`
+}
+
+type doc struct {
+	Schema string         `json:"schema"`
+	Count  int64          `json:"count"`
+	Inner  inner          `json:"inner"`
+	Opt    *inner         `json:"opt"`
+	Raw    jsontext.Value `json:"raw"`
+}
+
+const good = `{"schema":"s","count":3,"inner":{"name":"x","n":[1,2]},"opt":null,"raw":{"any":[true]}}`
+
+// [JSON-1] every strictness rule refuses with the right code.
+func TestDecodeRefusals(t *testing.T) {
+	var ok doc
+	if err := Decode([]byte(good), 1024, "doc", &ok); err != nil {
+		t.Fatalf("good document refused: %v", err)
+	}
+	if ok.Inner.Name != "x" || ok.Count != 3 || ok.Opt != nil || string(ok.Raw) != `{"any":[true]}` {
+		t.Fatalf("decoded %+v", ok)
+	}
+	deep := strings.Repeat(`[`, MaxDepth) + strings.Repeat(`]`, MaxDepth)
+	cases := []struct {
+		name, in string
+		code     errcode.Code
+	}{
+		{"bom", "\ufeff" + good, errcode.JSONInvalid},
+		{"duplicate key", `{"schema":"s","schema":"t","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.JSONInvalid},
+		{"nested duplicate key", `{"schema":"s","count":3,"inner":{"name":"x","name":"y","n":[]},"opt":null,"raw":1}`, errcode.JSONInvalid},
+		{"unknown key", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1,"extra":1}`, errcode.SchemaInvalid},
+		{"nested unknown key", `{"schema":"s","count":3,"inner":{"name":"x","n":[],"z":0},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"wrong-case key", `{"Schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"missing key", `{"schema":"s","inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"missing nullable key", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"raw":1}`, errcode.SchemaInvalid},
+		{"nested missing key", `{"schema":"s","count":3,"inner":{"n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"null string", `{"schema":null,"count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"null array", `{"schema":"s","count":3,"inner":{"name":"x","n":null},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"invalid utf-8", "{\"schema\":\"\xff\",\"count\":3,\"inner\":{\"name\":\"x\",\"n\":[]},\"opt\":null,\"raw\":1}", errcode.JSONInvalid},
+		{"raw control", "{\"schema\":\"a\x01\",\"count\":3,\"inner\":{\"name\":\"x\",\"n\":[]},\"opt\":null,\"raw\":1}", errcode.JSONInvalid},
+		{"escaped lone surrogate", `{"schema":"\ud800","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.JSONInvalid},
+		{"lone low surrogate in raw", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":"\udc00"}`, errcode.JSONInvalid},
+		{"two documents", good + good, errcode.JSONInvalid},
+		{"two documents spaced", good + "\n{}", errcode.JSONInvalid},
+		{"trailing garbage", good + "x", errcode.JSONInvalid},
+		{"nan", `{"schema":"s","count":NaN,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.JSONInvalid},
+		{"float for int", `{"schema":"s","count":1.0,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"exponent for int", `{"schema":"s","count":1e2,"inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"string for int", `{"schema":"s","count":"3","inner":{"name":"x","n":[]},"opt":null,"raw":1}`, errcode.SchemaInvalid},
+		{"truncated", good[:40], errcode.JSONInvalid},
+		{"empty", ``, errcode.JSONInvalid},
+		{"too deep", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":` + deep + `}`, errcode.JSONInvalid},
+		{"array not object", `[]`, errcode.SchemaInvalid},
+		{"oversized", good + strings.Repeat(" ", 1024), errcode.JSONOversized},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var d doc
+			err := Decode([]byte(c.in), 1024, "doc", &d)
+			if got := errcode.Of(err); err == nil || got != c.code {
+				t.Fatalf("got %v (%s), want %s", err, got, c.code)
+			}
+			if !strings.HasPrefix(err.Error(), "doc: ") {
+				t.Fatalf("message does not name the document: %q", err)
+			}
+		})
+	}
+}
+
+// [JSON-1] error messages never quote document text (package diagnostics
+// must not leak through parse errors).
+func TestDecodeMessagesQuoteNoText(t *testing.T) {
+	secret := "SECRET-DIAGNOSTIC"
+	for _, in := range []string{
+		`{"schema":"` + secret + `\ud800","count":3}`,
+		`{"schema":"` + secret + "\x01" + `"}`,
+		`{"schema":"s","count":"` + secret + `"}`,
+	} {
+		var d doc
+		err := Decode([]byte(in), 1024, "doc", &d)
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Fatalf("error %q leaks document text", err)
+		}
+	}
+}
+
+// [JSON-1] Read refuses one byte over its bound.
+func TestReadBound(t *testing.T) {
+	if _, err := Read(strings.NewReader(strings.Repeat("a", 10)), 10, "x"); err != nil {
+		t.Fatalf("exactly at bound refused: %v", err)
+	}
+	if _, err := Read(strings.NewReader(strings.Repeat("a", 11)), 10, "x"); errcode.Of(err) != errcode.JSONOversized {
+		t.Fatalf("over bound: %v", err)
+	}
+}
+
+// [JSON-2] canonical and pretty writers sort keys bytewise.
+func TestCanonicalAndPretty(t *testing.T) {
+	v := struct {
+		Z string         `json:"z"`
+		A map[string]int `json:"a"`
+		M []string       `json:"m"`
+	}{"<&>", map[string]int{"b": 2, "B": 1, "a": 0}, []string{"y", "x"}}
+	got, err := Canonical(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"a":{"B":1,"a":0,"b":2},"m":["y","x"],"z":"<&>"}`
+	if string(got) != want {
+		t.Fatalf("canonical:\n got %s\nwant %s", got, want)
+	}
+	pretty, err := Pretty(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPretty := "{\n  \"a\": {\n    \"B\": 1,\n    \"a\": 0,\n    \"b\": 2\n  },\n  \"m\": [\n    \"y\",\n    \"x\"\n  ],\n  \"z\": \"<&>\"\n}\n"
+	if string(pretty) != wantPretty {
+		t.Fatalf("pretty:\n%s\nwant\n%s", pretty, wantPretty)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte(`{"schema":"s"}`))
+	f.Add([]byte("\ufeff{}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var d doc
+		if err := Decode(data, 4096, "fuzz", &d); err != nil {
+			if c := errcode.Of(err); c != errcode.JSONInvalid && c != errcode.SchemaInvalid && c != errcode.JSONOversized {
+				t.Fatalf("unexpected code %s: %v", c, err)
+			}
+			return
+		}
+		// Anything accepted must re-encode and decode to the same value.
+		out, err := Canonical(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again doc
+		if err := Decode(out, 1<<20, "again", &again); err != nil {
+			t.Fatalf("canonical form %s refused: %v", out, err)
+		}
+	})
+}
