@@ -1,0 +1,31 @@
+# fm: the Firstmate extension host.
+#   make build   builds bin/fm
+#   make demo    runs the main job end to end on a throwaway home
+#   make test    runs every test, as this user and as an unprivileged one
+#   make bench   measures against the floor (see docs/performance.md)
+GO ?= go
+
+.PHONY: build demo test test-root test-unprivileged fuzz bench vet
+
+build:
+	$(GO) build -o bin/fm ./cmd/fm
+
+demo: build
+	bash scripts/demo.sh
+
+vet:
+	$(GO) vet ./...
+
+test: vet test-root test-unprivileged fuzz
+
+test-root:
+	$(GO) test -count=1 ./...
+
+test-unprivileged:
+	bash scripts/test-unprivileged.sh
+
+fuzz:
+	bash scripts/fuzz-short.sh
+
+bench: build
+	bash bench/run.sh
