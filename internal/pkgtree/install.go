@@ -1,0 +1,252 @@
+package pkgtree
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Install copies the package at src, whose first Scan gave want, into the
+// content-addressed store directory dst ([BIND-5]), normally
+// <home>/data/extensions/packages/<id>/<version>/<tree-hex>. Missing parents
+// of dst are created with mode 0700.
+//
+// An existing dst is never rewritten: it is revalidated with Scan(dst,
+// Installed) and reused when its digest is want.Digest, and refused as
+// integrity-mismatch when it is not.
+//
+// Otherwise the copy is built in a private temp directory inside dst's parent:
+// the source is walked again under the same rules, every file is copied and
+// hashed on the way and must match want (integrity-mismatch), files are made
+// 0444, or 0555 when want says executable, directories 0555 deepest first,
+// everything fsynced, and the temp directory is renamed to dst without
+// replacing anything. It is built where it will live because a non-root user
+// cannot move a 0555 directory into another parent (rename must rewrite its
+// ".."); a rename within one parent needs no write permission on the
+// directory itself, so the root is sealed 0555 before the rename and dst
+// appears complete, with its final modes, or not at all. A concurrent Install
+// that wins the rename is validated and reused.
+//
+// Finally dst is rescanned as Installed and src as Source: both digests must
+// still be want.Digest, else what this call built is removed and the result
+// is integrity-mismatch. On every failure the temp directory is removed.
+func Install(src string, want *Tree, dst string) error {
+	if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst {
+		return errcode.New(errcode.PathUnsafe, "store directory %q is not an absolute clean path", dst)
+	}
+	parent := filepath.Dir(dst)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "create %s", parent)
+	}
+	if c, err := filepath.EvalSymlinks(parent); err != nil || c != parent {
+		return errcode.New(errcode.LinkUnsafe, "store directory %s is not canonical", parent)
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return reuse(dst, want)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return errcode.Wrap(errcode.Internal, err, "stat %s", dst)
+	}
+	tmp, err := build(src, want, parent)
+	if err != nil {
+		return err
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+	if err != nil {
+		removeAll(tmp)
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			return reuse(dst, want)
+		}
+		return errcode.Wrap(errcode.Internal, err, "rename %s to %s", tmp, dst)
+	}
+	if err := syncDir(parent); err != nil {
+		removeAll(dst)
+		return err
+	}
+	if err := recheck(src, want, dst); err != nil {
+		removeAll(dst)
+		return err
+	}
+	return nil
+}
+
+// reuse accepts an existing store directory only when it is a valid installed
+// tree with the wanted digest.
+func reuse(dst string, want *Tree) error {
+	t, err := Scan(dst, Installed)
+	if err != nil {
+		return err
+	}
+	if t.Digest != want.Digest {
+		return errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s; it holds different content", dst, t.Digest, want.Digest)
+	}
+	return nil
+}
+
+// recheck rescans the new copy and the source after the install.
+func recheck(src string, want *Tree, dst string) error {
+	t, err := Scan(dst, Installed)
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "installed package %s does not verify", dst)
+	}
+	if t.Digest != want.Digest {
+		return errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s", dst, t.Digest, want.Digest)
+	}
+	t, err = Scan(src, Source)
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
+	}
+	if t.Digest != want.Digest {
+		return errcode.New(errcode.IntegrityMismatch, "package %s changed during the install: digest %s, want %s", src, t.Digest, want.Digest)
+	}
+	return nil
+}
+
+// build copies src into a new sealed temp directory inside parent and
+// returns its path. The temp directory is removed on failure.
+func build(src string, want *Tree, parent string) (_ string, err error) {
+	w, err := openTree(src, Source)
+	if err != nil {
+		return "", err
+	}
+	defer w.close()
+	if err := w.walk(); err != nil {
+		return "", err
+	}
+	if err := sameShape(w, want); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(parent, ".tmp-")
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "create a temp directory in %s", parent)
+	}
+	defer func() {
+		if err != nil {
+			removeAll(tmp)
+		}
+	}()
+	for _, e := range w.entries {
+		if e.Dir {
+			if err := os.Mkdir(filepath.Join(tmp, filepath.FromSlash(e.Path)), 0o700); err != nil {
+				return "", errcode.Wrap(errcode.Internal, err, "create directory %s", e.Path)
+			}
+		}
+	}
+	err = w.eachFile(func(wk *worker, i int) error {
+		return copyFile(wk, i, filepath.Join(tmp, filepath.FromSlash(w.entries[i].Path)), want.Entries[i].SHA256)
+	})
+	if err != nil {
+		return "", err
+	}
+	// Reverse digest order lists every directory after its contents.
+	for i := len(w.entries) - 1; i >= 0; i-- {
+		if w.entries[i].Dir {
+			if err := seal(filepath.Join(tmp, filepath.FromSlash(w.entries[i].Path))); err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := seal(tmp); err != nil {
+		return "", err
+	}
+	return tmp, nil
+}
+
+// sameShape checks that a fresh walk of the source lists exactly want's
+// entries (paths, types, execute bits, sizes); contents are checked while
+// copying.
+func sameShape(w *walker, want *Tree) error {
+	if len(w.entries) != len(want.Entries) {
+		return errcode.New(errcode.IntegrityMismatch, "package %s changed since it was scanned: %d entries, want %d", w.root, len(w.entries), len(want.Entries))
+	}
+	for i, e := range w.entries {
+		g := want.Entries[i]
+		if e.Path != g.Path || e.Dir != g.Dir || e.Exec != g.Exec || e.Size != g.Size {
+			return errcode.New(errcode.IntegrityMismatch, "package %s changed since it was scanned: %q", w.root, e.Path)
+		}
+	}
+	return nil
+}
+
+// copyFile copies file entry i of the walk to the new file at path, checks its
+// hash against sum, and seals it 0444 or 0555.
+func copyFile(wk *worker, i int, path string, sum [32]byte) error {
+	fd, err := wk.open(i)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "create file")
+	}
+	defer out.Close()
+	got, err := wk.read(i, fd, out)
+	if err != nil {
+		return err
+	}
+	e := &wk.w.entries[i]
+	if got != sum {
+		return errcode.New(errcode.IntegrityMismatch, "package %s: %q changed since it was scanned", wk.w.root, e.Path)
+	}
+	mode := os.FileMode(0o444)
+	if e.Exec {
+		mode = 0o555
+	}
+	if err := out.Chmod(mode); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "chmod %s", path)
+	}
+	if err := out.Sync(); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "fsync %s", path)
+	}
+	if err := out.Close(); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "close %s", path)
+	}
+	return nil
+}
+
+// seal makes a directory of the copy 0555 and fsyncs it.
+func seal(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
+	}
+	defer f.Close()
+	if err := f.Chmod(0o555); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "chmod %s", dir)
+	}
+	if err := f.Sync(); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "fsync %s", dir)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so a rename into it is durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "fsync %s", dir)
+	}
+	return nil
+}
+
+// removeAll removes a tree this package built, first giving its directories
+// back the owner's write bit, without which a non-root owner cannot delete
+// the contents of a 0555 directory.
+func removeAll(dir string) {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
+}
