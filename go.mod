@@ -3,7 +3,9 @@ module firstmate.dev/fm
 go 1.26.8
 
 require (
-	github.com/go-json-experiment/json v1.27.2 // indirect
-	github.com/rogpeppe/go-internal v1.16.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/go-json-experiment/json v1.27.2
+	github.com/rogpeppe/go-internal v1.16.0
+	golang.org/x/sys v0.50.0
 )
+
+require golang.org/x/tools v0.26.0 // indirect

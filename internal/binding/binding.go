@@ -17,11 +17,11 @@ package binding
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"

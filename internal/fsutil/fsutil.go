@@ -31,6 +31,31 @@ func ReadPrivateFile(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readPrivate(f, path, max)
+}
+
+// ReadPrivateAt is ReadPrivateFile for name inside the open directory dir: it
+// opens name relative to dir's descriptor without following a link, so a
+// directory path swapped after dir was opened and checked cannot redirect the
+// read. Errors name dir's path joined with name.
+func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
+	path := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch {
+	case err == unix.ELOOP:
+		return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink", path)
+	case err == unix.ENOENT:
+		return nil, &os.PathError{Op: "open", Path: path, Err: os.ErrNotExist}
+	case err != nil:
+		return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	return readPrivate(f, path, max)
+}
+
+// readPrivate applies the private-file rule of ReadPrivateFile to an open file.
+func readPrivate(f *os.File, path string, max int64) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "stat %q", path)

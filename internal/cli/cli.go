@@ -1,0 +1,287 @@
+// Package cli is fm's command line: one flag set per verb, output formatting
+// and exit codes. It holds no domain logic; every verb calls into the
+// packages that own the behaviour.
+//
+// Conventions (CONTRACT §0):
+//   - `fm help`, `fm <group> --help` and `fm <group> <verb> --help` print
+//     usage to stdout and exit 0; a bad call prints `error[usage]: …` and the
+//     usage to stderr and exits 2.
+//   - any other failure prints exactly one line `error[<code>]: <message>` to
+//     stderr and exits 1, with nothing on stdout: verbs write into a buffer
+//     that is flushed only on success (streaming verbs opt out).
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+)
+
+// Version is fm's version, printed by `fm version`.
+var Version = "0.1.0"
+
+// Env is what a verb gets: its streams, a context cancelled on SIGTERM or
+// SIGINT, and the lazily resolved home.
+type Env struct {
+	Ctx    context.Context
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	home   *home.Home
+}
+
+// Home resolves the effective home once.
+func (e *Env) Home() (*home.Home, error) {
+	if e.home == nil {
+		h, err := home.Resolve()
+		if err != nil {
+			return nil, err
+		}
+		e.home = h
+	}
+	return e.home, nil
+}
+
+// Verb is one command of a group.
+type Verb struct {
+	Name    string
+	Args    string // the synopsis after "fm <group> <verb>"
+	Summary string
+	// Stream verbs write straight to stdout (watchers, followers).
+	Stream bool
+	// Flags declares the verb's flags on fs; Run then receives the
+	// positional arguments (flags may be interspersed with them; `--` ends
+	// flag parsing and everything after it is positional).
+	Flags func(fs *flag.FlagSet)
+	Run   func(e *Env, args []string) error
+	// Raw verbs get their arguments exactly as given: no flag parsing and
+	// no --help scan. `fm on` is one, because everything after its
+	// secondmate id is another fm's command line.
+	Raw bool
+}
+
+// ExitError ends a verb with a specific exit status and no error line
+// (for example 75 for a poll with no result).
+type ExitError struct{ Status int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Status) }
+
+type group struct {
+	name, summary string
+	verbs         map[string]*Verb
+}
+
+var groups = map[string]*group{}
+
+func addGroup(name, summary string) {
+	groups[name] = &group{name: name, summary: summary, verbs: map[string]*Verb{}}
+}
+
+// register adds v to a group; verbs register themselves from init functions.
+func register(groupName string, v *Verb) {
+	g := groups[groupName]
+	if g == nil {
+		panic("cli: unknown group " + groupName)
+	}
+	g.verbs[v.Name] = v
+}
+
+func init() {
+	addGroup("extension", "bind, inspect, verify, call and retire extension packages")
+	addGroup("procevent", "register, run, capture, handle and retire process-event sources")
+	addGroup("wake", "read the durable wake queue")
+	addGroup("on", "run an fm command in a secondmate home")
+}
+
+// Main runs fm with args (without the program name) and returns the exit
+// status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	e := &Env{Ctx: ctx, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	if len(args) == 0 {
+		return usageErr(stderr, errors.New("missing command"), mainUsage())
+	}
+	switch args[0] {
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, mainUsage())
+		return 0
+	case "version", "--version":
+		fmt.Fprintf(stdout, "fm %s\n", Version)
+		return 0
+	}
+	g := groups[args[0]]
+	if g == nil {
+		return usageErr(stderr, fmt.Errorf("unknown command %q", args[0]), mainUsage())
+	}
+	if v := g.verbs[""]; v != nil {
+		return runVerb(e, g, v, args[1:])
+	}
+	if len(args) < 2 {
+		return usageErr(stderr, fmt.Errorf("missing %s verb", g.name), groupUsage(g))
+	}
+	if args[1] == "--help" || args[1] == "-h" || args[1] == "help" {
+		fmt.Fprint(stdout, groupUsage(g))
+		return 0
+	}
+	v := g.verbs[args[1]]
+	if v == nil {
+		return usageErr(stderr, fmt.Errorf("unknown %s verb %q", g.name, args[1]), groupUsage(g))
+	}
+	return runVerb(e, g, v, args[2:])
+}
+
+func runVerb(e *Env, g *group, v *Verb, args []string) int {
+	fs := flag.NewFlagSet(v.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if v.Flags != nil {
+		v.Flags(fs)
+	}
+	for _, a := range args {
+		if a == "--" || v.Raw {
+			break
+		}
+		if a == "--help" || a == "-h" {
+			fmt.Fprint(e.Stdout, verbUsage(g, v, fs))
+			return 0
+		}
+	}
+	pos, err := args, error(nil)
+	if !v.Raw {
+		pos, err = parseInterspersed(fs, args)
+	}
+	if err != nil {
+		return usageErr(e.Stderr, err, verbUsage(g, v, fs))
+	}
+	out := e.Stdout
+	var buf bytes.Buffer
+	if !v.Stream {
+		e.Stdout = &buf
+	}
+	err = v.Run(e, pos)
+	e.Stdout = out
+	var exit *ExitError
+	switch {
+	case err == nil:
+		out.Write(buf.Bytes())
+		return 0
+	case errors.As(err, &exit):
+		out.Write(buf.Bytes())
+		return exit.Status
+	case errcode.Of(err) == errcode.Usage:
+		return usageErr(e.Stderr, err, verbUsage(g, v, fs))
+	}
+	fmt.Fprintf(e.Stderr, "error[%s]: %s\n", errcode.Of(err), oneLine(err.Error()))
+	return 1
+}
+
+// parseInterspersed parses flags anywhere among the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, errcode.New(errcode.Usage, "%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag.Parse stops at "--" (consumed) or at the first positional.
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func oneLine(s string) string {
+	return strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
+}
+
+func usageErr(w io.Writer, err error, usage string) int {
+	fmt.Fprintf(w, "error[usage]: %s\n", oneLine(err.Error()))
+	fmt.Fprint(w, usage)
+	return 2
+}
+
+func mainUsage() string {
+	var b strings.Builder
+	b.WriteString("usage: fm <command> [<verb>] [arguments]\n\ncommands:\n")
+	names := make([]string, 0, len(groups))
+	for n := range groups {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-10s %s\n", n, groups[n].summary)
+	}
+	b.WriteString("  help       print this help\n  version    print fm's version\n\nRun 'fm <command> --help' for the verbs of a command.\n")
+	return b.String()
+}
+
+func groupUsage(g *group) string {
+	var b strings.Builder
+	if v := g.verbs[""]; v != nil {
+		fmt.Fprintf(&b, "usage: fm %s %s\n\n%s\n", g.name, v.Args, v.Summary)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "usage: fm %s <verb> [arguments]\n\n%s\n\nverbs:\n", g.name, g.summary)
+	names := make([]string, 0, len(g.verbs))
+	for n := range g.verbs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-22s %s\n", n, g.verbs[n].Summary)
+	}
+	fmt.Fprintf(&b, "\nRun 'fm %s <verb> --help' for a verb's arguments.\n", g.name)
+	return b.String()
+}
+
+func verbUsage(g *group, v *Verb, fs *flag.FlagSet) string {
+	var b strings.Builder
+	name := g.name
+	if v.Name != "" {
+		name += " " + v.Name
+	}
+	fmt.Fprintf(&b, "usage: fm %s %s\n\n%s\n", name, v.Args, v.Summary)
+	first := true
+	fs.VisitAll(func(f *flag.Flag) {
+		if first {
+			b.WriteString("\nflags:\n")
+			first = false
+		}
+		fmt.Fprintf(&b, "  --%s\t%s\n", f.Name, f.Usage)
+	})
+	return b.String()
+}
+
+// need checks the number of positional arguments.
+func need(args []string, min, max int, what string) error {
+	if len(args) < min || (max >= 0 && len(args) > max) {
+		return errcode.New(errcode.Usage, "expected %s", what)
+	}
+	return nil
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// Run is the entry point of cmd/fm.
+func Run() int { return Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr) }

@@ -1,0 +1,309 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/manifest"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// bindFlags are the bind options shared by bind, receive-transfer-bind and
+// remote-bind ([BIND-1]).
+type bindFlags struct {
+	adapters stringList
+	trust    bool
+	consents stringList
+	timeout  string
+}
+
+func (f *bindFlags) declare(fs *flag.FlagSet) {
+	fs.Var(&f.adapters, "adapter", "an adapter name to enable (repeatable; at least one)")
+	fs.BoolVar(&f.trust, "trust-same-user-code", false, "confirm that the package is trusted to run as you (required)")
+	fs.Var(&f.consents, "consent", "a consent fact the package requires: "+strings.Join(manifest.Consents, ", ")+" (repeatable)")
+	fs.StringVar(&f.timeout, "timeout-ms", "", "invoke timeout in milliseconds, 100..3600000 (default 300000)")
+}
+
+// options checks the flags and returns host options for dir.
+func (f *bindFlags) options(dir string) (host.BindOptions, error) {
+	opts := host.BindOptions{Dir: dir, Trust: f.trust, TimeoutMS: binding.DefaultTimeoutMS}
+	for _, c := range f.consents {
+		if !slices.Contains(manifest.Consents, c) {
+			return opts, errcode.New(errcode.Usage, "unknown consent %q (known: %s)", c, strings.Join(manifest.Consents, ", "))
+		}
+		if !slices.Contains(opts.Consents, c) {
+			opts.Consents = append(opts.Consents, c)
+		}
+	}
+	for _, a := range f.adapters {
+		if slices.Contains(opts.Adapters, a) {
+			return opts, errcode.New(errcode.Usage, "--adapter %q given twice", a)
+		}
+		opts.Adapters = append(opts.Adapters, a)
+	}
+	if f.timeout != "" {
+		n, err := strconv.ParseInt(f.timeout, 10, 64)
+		if err != nil || strings.TrimLeft(f.timeout, "0123456789") != "" || n < binding.MinTimeoutMS || n > binding.MaxTimeoutMS {
+			return opts, errcode.New(errcode.Usage, "--timeout-ms %q must be a decimal integer 100..3600000", f.timeout)
+		}
+		opts.TimeoutMS = n
+	}
+	return opts, nil
+}
+
+// args returns the flags as command-line arguments, for forwarding a bind to
+// another home.
+func (f *bindFlags) args() []string {
+	var out []string
+	for _, a := range f.adapters {
+		out = append(out, "--adapter", a)
+	}
+	if f.trust {
+		out = append(out, "--trust-same-user-code")
+	}
+	for _, c := range f.consents {
+		out = append(out, "--consent", c)
+	}
+	if f.timeout != "" {
+		out = append(out, "--timeout-ms", f.timeout)
+	}
+	return out
+}
+
+// printBound prints the six bind lines ([BIND-7]).
+func printBound(e *Env, b *binding.Binding) {
+	fmt.Fprintf(e.Stdout, "bound: %s@%s\n", b.ExtensionID, b.ExtensionVersion)
+	fmt.Fprintf(e.Stdout, "binding: %s\n", b.Path)
+	fmt.Fprintf(e.Stdout, "binding-digest: %s\n", b.Digest)
+	fmt.Fprintf(e.Stdout, "package: %s\n", b.PackageRoot)
+	fmt.Fprintf(e.Stdout, "package-digest: %s\n", b.PackageDigest)
+	fmt.Fprintf(e.Stdout, "verified: %s/%d (%s)\n", b.Capabilities[0].Name, b.Capabilities[0].Version, strings.Join(b.Adapters(), ","))
+}
+
+func init() {
+	var bf bindFlags
+	register("extension", &Verb{
+		Name:    "bind",
+		Args:    "<package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>]",
+		Summary: "validate a package directory, install it into this home's store, handshake, and enable the named adapters",
+		Flags:   bf.declare,
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 1, 1, "one package directory"); err != nil {
+				return err
+			}
+			dir := args[0]
+			if !filepath.IsAbs(dir) {
+				return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path", dir)
+			}
+			opts, err := bf.options(dir)
+			if err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			b, err := host.Bind(e.Ctx, h, opts)
+			if err != nil {
+				return err
+			}
+			printBound(e, b)
+			return nil
+		},
+	})
+
+	var listJSON bool
+	register("extension", &Verb{
+		Name:    "list",
+		Args:    "[--json]",
+		Summary: "list enabled bindings (runs no package code)",
+		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&listJSON, "json", false, "print one JSON document") },
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			bs, err := loadRegistry(e)
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				return writeJSON(e, listDocument(bs))
+			}
+			if len(bs) == 0 {
+				fmt.Fprintln(e.Stdout, "no extension bindings")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "EXTENSION\tVERSION\tCAPABILITY\tADAPTERS\tPACKAGE_DIGEST")
+			for _, b := range bs {
+				c := b.Capabilities[0]
+				fmt.Fprintf(tw, "%s\t%s\t%s/%d\t%s\t%s\n", b.ExtensionID, b.ExtensionVersion, c.Name, c.Version, strings.Join(c.AdapterNames, ","), b.PackageDigest)
+			}
+			return tw.Flush()
+		},
+	})
+
+	register("extension", &Verb{
+		Name:    "inspect",
+		Args:    "<extension-id> [--json]",
+		Summary: "print the validated binding record (runs no package code)",
+		Flags:   func(fs *flag.FlagSet) { fs.Bool("json", false, "print the record as JSON (the default form)") },
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 1, 1, "one extension id"); err != nil {
+				return err
+			}
+			bs, err := loadRegistry(e)
+			if err != nil {
+				return err
+			}
+			b, err := binding.Find(bs, args[0])
+			if err != nil {
+				return err
+			}
+			data, err := b.Record.Encode()
+			if err != nil {
+				return err
+			}
+			_, err = e.Stdout.Write(data)
+			return err
+		},
+	})
+
+	register("extension", &Verb{
+		Name:    "verify",
+		Args:    "[<extension-id>]",
+		Summary: "revalidate every (or one) binding and its installed package, and run a live handshake",
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 1, "at most one extension id"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			bs, err := host.Verify(e.Ctx, h, id)
+			if err != nil {
+				return err
+			}
+			if len(bs) == 0 {
+				fmt.Fprintln(e.Stdout, "no extension bindings")
+			}
+			for _, b := range bs {
+				fmt.Fprintf(e.Stdout, "verified: %s@%s %s\n", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
+			}
+			return nil
+		},
+	})
+
+	var retireDigest string
+	register("extension", &Verb{
+		Name:    "retire-binding",
+		Args:    "<extension-id> --if-binding-digest <sha256:hex>",
+		Summary: "disable exactly that binding, keeping it restorable in data/extensions/retired-bindings",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&retireDigest, "if-binding-digest", "", "the binding digest printed by bind (required)")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 1, 1, "one extension id"); err != nil {
+				return err
+			}
+			if retireDigest == "" {
+				return errcode.New(errcode.Usage, "--if-binding-digest is required")
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			kept, err := host.RetireBinding(h, args[0], retireDigest, bindingPreflight(h))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "retired-binding: %s %s\nretained-at: %s\n", args[0], retireDigest, kept)
+			return nil
+		},
+	})
+
+	var cleanupDigest string
+	register("extension", &Verb{
+		Name:    "cleanup-invocations",
+		Args:    "[--binding-digest <sha256:hex>]",
+		Summary: "prove the process groups of invocations whose host died gone, and clear their records",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&cleanupDigest, "binding-digest", "", "only records that pin this binding")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			n, err := launch.Cleanup(h.Invocations(), func(r launch.Record) bool {
+				return cleanupDigest == "" || r.BindingDigest == cleanupDigest
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "cleaned-invocations: %d\n", n)
+			return nil
+		},
+	})
+}
+
+// loadRegistry resolves the home and loads its registry; it creates nothing.
+func loadRegistry(e *Env) ([]*binding.Binding, error) {
+	h, err := e.Home()
+	if err != nil {
+		return nil, err
+	}
+	return binding.Load(h)
+}
+
+// listDocument is the --json form of extension list.
+func listDocument(bs []*binding.Binding) any {
+	type row struct {
+		ExtensionID       string   `json:"extension_id"`
+		ExtensionVersion  string   `json:"extension_version"`
+		Capability        string   `json:"capability"`
+		CapabilityVersion int64    `json:"capability_version"`
+		AdapterNames      []string `json:"adapter_names"`
+		PackageDigest     string   `json:"package_digest"`
+		BindingDigest     string   `json:"binding_digest"`
+		Binding           string   `json:"binding"`
+	}
+	rows := []row{}
+	for _, b := range bs {
+		c := b.Capabilities[0]
+		rows = append(rows, row{b.ExtensionID, b.ExtensionVersion, c.Name, c.Version, c.AdapterNames, b.PackageDigest, b.Digest, b.Path})
+	}
+	return map[string]any{"bindings": rows}
+}
+
+// writeJSON prints one pretty JSON document.
+func writeJSON(e *Env, v any) error {
+	data, err := strictjson.Pretty(v)
+	if err != nil {
+		return err
+	}
+	_, err = e.Stdout.Write(data)
+	return err
+}
+
+// bindingPreflight is the process-event core's dependency check for
+// retire-binding.
+func bindingPreflight(h *home.Home) host.Preflight { return nil }

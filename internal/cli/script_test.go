@@ -1,0 +1,156 @@
+package cli_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"firstmate.dev/fm/internal/cli"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/pkgtree"
+	"firstmate.dev/fm/internal/testpkg"
+)
+
+func TestMain(m *testing.M) {
+	launch.MaybeBarrier()
+	testscript.Main(m, map[string]func(){
+		"fm": func() { os.Exit(cli.Run()) },
+	})
+}
+
+// TestScripts runs the CLI scenarios in testdata/script. Each starts with:
+//
+//	$WORK/home        the effective home (FM_HOME), mode 0700
+//	$WORK/root        the code root (FM_ROOT_OVERRIDE), with an empty bin/
+//	$WORK/pkg         a package "org.example.fake" 1.0.0 declaring adapters
+//	                  fake and other, whose entrypoint is testdata/fake-entrypoint.sh
+//	$STATE            the state root, $WORK/home/state
+//	$FAKESTATE        that package's state dir (where fakemode writes)
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Setup:               setup,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"fakemode": fakemode,
+			"mkpkg":    mkpkg,
+			"chmodr":   chmodr,
+			"sparse":   sparse,
+			"waitgone": waitgone,
+			"capture":  capture,
+		},
+	})
+}
+
+func setup(env *testscript.Env) error {
+	w := env.WorkDir
+	for _, d := range []string{"home", "root/bin"} {
+		if err := os.MkdirAll(filepath.Join(w, d), 0o700); err != nil {
+			return err
+		}
+	}
+	if err := testpkg.Make(filepath.Join(w, "pkg"), "org.example.fake", `["fake","other"]`, `[]`); err != nil {
+		return err
+	}
+	tree, err := pkgtree.Scan(filepath.Join(w, "pkg"), pkgtree.Source)
+	if err != nil {
+		return err
+	}
+	env.Setenv("PKGHEX", strings.TrimPrefix(tree.Digest, "sha256:"))
+	env.Defer(func() { testpkg.Unlock(w) })
+	env.Setenv("FM_HOME", filepath.Join(w, "home"))
+	env.Setenv("FM_ROOT_OVERRIDE", filepath.Join(w, "root"))
+	env.Setenv("STATE", filepath.Join(w, "home", "state"))
+	env.Setenv("FAKESTATE", filepath.Join(w, "home", "state", "extensions", "org.example.fake"))
+	return nil
+}
+
+// fakemode <verb> <mode>: choose the fake entrypoint's behaviour.
+func fakemode(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: fakemode <verb> <mode>")
+	}
+	ts.Check(testpkg.SetMode(ts.Getenv("FAKESTATE"), args[0], args[1]))
+}
+
+// mkpkg <dir> <id> <adapters-json> <consents-json>: another fake package.
+func mkpkg(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 4 {
+		ts.Fatalf("usage: mkpkg <dir> <id> <adapters-json> <consents-json>")
+	}
+	ts.Check(testpkg.Make(ts.MkAbs(args[0]), args[1], args[2], args[3]))
+}
+
+// chmodr <mode> <path>: chmod without following a final symlink check (like chmod).
+func chmodr(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: chmodr <octal-mode> <path>")
+	}
+	m, err := strconv.ParseUint(args[0], 8, 32)
+	ts.Check(err)
+	ts.Check(os.Chmod(ts.MkAbs(args[1]), os.FileMode(m)))
+}
+
+// sparse <path> <size>: a sparse file of that size.
+func sparse(ts *testscript.TestScript, neg bool, args []string) {
+	n, err := strconv.ParseInt(args[1], 10, 64)
+	ts.Check(err)
+	f, err := os.Create(ts.MkAbs(args[0]))
+	ts.Check(err)
+	ts.Check(f.Truncate(n))
+	ts.Check(f.Close())
+	ts.Check(os.Chmod(ts.MkAbs(args[0]), 0o644))
+}
+
+// capture NAME REGEXP: set $NAME to the first submatch of REGEXP (multi-line
+// mode) in the last command's stdout.
+func capture(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: capture NAME REGEXP")
+	}
+	m := regexp.MustCompile("(?m)" + args[1]).FindStringSubmatch(ts.ReadFile("stdout"))
+	if len(m) < 2 {
+		ts.Fatalf("capture: %q does not match stdout", args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
+// waitgone <pidfile>: the pid in the file is dead (or a zombie) within 3 s.
+func waitgone(ts *testscript.TestScript, neg bool, args []string) {
+	data, err := os.ReadFile(ts.MkAbs(args[0]))
+	ts.Check(err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	ts.Check(err)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		alive := syscall.Kill(pid, 0) == nil
+		if alive {
+			if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+				if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
+					alive = false
+				}
+			}
+		}
+		if !alive {
+			if neg {
+				ts.Fatalf("pid %d is gone", pid)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			if !neg {
+				ts.Fatalf("pid %d is still alive", pid)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

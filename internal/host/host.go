@@ -1,0 +1,551 @@
+// Package host is the extension host: it binds a package into a home,
+// resolves and revalidates bindings, and runs the handshake and invocations
+// of the executable protocol (CONTRACT §4-§7, §13 retire-binding).
+//
+// The order of every invocation is fixed: re-read the binding file and compare
+// its digest; rescan the complete installed tree (canonical confinement,
+// owner, 0555/0444 modes, no links) and compare the tree, manifest and
+// entrypoint digests; only then run the handshake; only after a matching
+// handshake run the invoke. Any drift refuses before package code runs, so a
+// changed package never executes.
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/lifecycle"
+	"firstmate.dev/fm/internal/manifest"
+	"firstmate.dev/fm/internal/pkgtree"
+	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// SystemPath is the fixed PATH given to every entrypoint ([INV-3]).
+const SystemPath = "/usr/local/bin:/usr/bin:/bin"
+
+// credentialVars pass through only when the binding's credential_store consent
+// is true, and only where set in the caller ([INV-3]).
+var credentialVars = []string{"HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "SSH_AUTH_SOCK"}
+
+// BindOptions are the operator's choices for one bind ([BIND-1]).
+type BindOptions struct {
+	Dir       string   // the package directory, absolute
+	Adapters  []string // the subset to enable
+	Trust     bool     // --trust-same-user-code
+	Consents  []string // --consent facts given
+	TimeoutMS int64    // invoke timeout
+	// Lock, when set, is an already held lifecycle lock (a caller that
+	// must publish more under the same lock); Bind then does not take one.
+	Lock *lifecycle.Lock
+	// Staged marks Dir as a transfer received into this home ([XFER-3]).
+	// Such a package lies inside the home by design, so instead of
+	// [PKG-2] Dir must be a canonical directory inside exactly this
+	// home's data/extensions/staging; nothing else in the home qualifies.
+	Staged bool
+}
+
+// Bind validates the package at opts.Dir, installs it into the store, runs a
+// live handshake against the installed copy and publishes the binding.
+// Nothing is published on any failure.
+func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding, error) {
+	if err := checkTrust(opts); err != nil {
+		return nil, err
+	}
+	if opts.TimeoutMS == 0 {
+		opts.TimeoutMS = binding.DefaultTimeoutMS
+	}
+	if err := checkLocation(h, opts); err != nil {
+		return nil, err
+	}
+	tree, err := pkgtree.Scan(opts.Dir, pkgtree.Source)
+	if err != nil {
+		return nil, err
+	}
+	m, manifestDigest, err := readManifest(opts.Dir, tree)
+	if err != nil {
+		return nil, err
+	}
+	entryDigest, err := checkEntrypoint(tree, m.Entrypoint, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	hp, cv, err := CheckOptions(h, m, opts)
+	if err != nil {
+		return nil, err
+	}
+
+	lock := opts.Lock
+	if lock == nil {
+		if lock, err = lifecycle.Acquire(h); err != nil {
+			return nil, err
+		}
+		defer lock.Release()
+	}
+	existing, err := binding.Load(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckRegistry(existing, m.ID, opts.Adapters); err != nil {
+		return nil, err
+	}
+
+	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
+	if err := pkgtree.Install(opts.Dir, tree, root); err != nil {
+		return nil, err
+	}
+	var consents binding.Consents
+	consents.TrustedSameUserCode = true
+	for _, c := range opts.Consents {
+		consents.Set(c)
+	}
+	adapters := slices.Clone(opts.Adapters)
+	slices.Sort(adapters)
+	rec := &binding.Record{
+		Schema:           binding.Schema,
+		ExtensionID:      m.ID,
+		ExtensionVersion: m.Version,
+		Source:           binding.Source{Kind: binding.SourceKind, Path: opts.Dir},
+		PackageRoot:      root,
+		ManifestSHA256:   manifestDigest,
+		PackageDigest:    tree.Digest,
+		Entrypoint:       m.Entrypoint,
+		EntrypointSHA256: entryDigest,
+		HostProtocol:     hp,
+		Capabilities:     []binding.Capability{{Name: protocol.Capability, Version: cv, AdapterNames: adapters}},
+		Consents:         consents,
+		TimeoutMS:        opts.TimeoutMS,
+	}
+	if err := rec.Validate(h, "new binding"); err != nil {
+		return nil, err
+	}
+	// The owner record of the bind handshake already pins the digest the
+	// binding will have once published: its bytes are fully determined.
+	data, err := rec.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := Handshake(ctx, h, rec, binding.Digest(data)); err != nil {
+		return nil, err
+	}
+	return binding.Publish(h, rec)
+}
+
+func checkTrust(opts BindOptions) error {
+	if !opts.Trust {
+		return errcode.New(errcode.ConsentMissing, "bind runs the package as you: pass --trust-same-user-code to confirm you trust it to that level")
+	}
+	return nil
+}
+
+// checkLocation applies [PKG-1] and [PKG-2] to an operator's package
+// directory. A staged transfer ([XFER-3]) lies inside the home by design: it
+// must instead be canonical (no symlink in any component) and strictly inside
+// this home's staging area, which only receive-transfer-bind writes.
+func checkLocation(h *home.Home, opts BindOptions) error {
+	if !opts.Staged {
+		return pkgtree.CheckLocation(opts.Dir, h.Dir)
+	}
+	c, err := filepath.EvalSymlinks(opts.Dir)
+	if err != nil || c != opts.Dir || !strings.HasPrefix(c, h.Staging()+string(filepath.Separator)) {
+		return errcode.New(errcode.PathUnsafe, "staged package %s is not a canonical directory inside %s", opts.Dir, h.Staging())
+	}
+	return nil
+}
+
+// CheckOptions applies the bind rules that need only the package's manifest
+// and the operator's options: trust and every required consent ([BIND-1]),
+// declared and non-built-in adapters ([BIND-2]) and a common version
+// ([BIND-3]). It returns the negotiated host protocol and capability version.
+// receive-transfer-bind runs it before staging anything, so a mistyped call
+// never consumes a transfer identity.
+func CheckOptions(h *home.Home, m *manifest.Manifest, opts BindOptions) (hostProtocol, capabilityVersion int64, err error) {
+	if err := checkTrust(opts); err != nil {
+		return 0, 0, err
+	}
+	for _, fact := range m.RequiredConsents {
+		if !slices.Contains(opts.Consents, fact) {
+			return 0, 0, errcode.New(errcode.ConsentMissing, "package %s requires consent %q: pass --consent %s", m.ID, fact, fact)
+		}
+	}
+	if len(opts.Adapters) == 0 {
+		return 0, 0, errcode.New(errcode.Usage, "name at least one --adapter to enable (declared: %s)", strings.Join(m.Capabilities[0].AdapterNames, ", "))
+	}
+	for _, a := range opts.Adapters {
+		if !slices.Contains(m.Capabilities[0].AdapterNames, a) {
+			return 0, 0, errcode.New(errcode.CapabilityMismatch, "adapter %q is not declared by %s (declared: %s)", a, m.ID, strings.Join(m.Capabilities[0].AdapterNames, ", "))
+		}
+		if builtin := BuiltinScript(h, a); fileExists(builtin) {
+			return 0, 0, errcode.New(errcode.AdapterConflict, "adapter %q is owned by the built-in %q; it cannot be bound", a, builtin)
+		}
+	}
+	hp := manifest.Highest(m.HostProtocols, protocol.HostProtocols)
+	cv := manifest.Highest(m.Capabilities[0].Versions, protocol.CapabilityVersions)
+	if hp == 0 || cv == 0 {
+		return 0, 0, errcode.New(errcode.ProtocolIncompatible, "package %s@%s offers host protocols %v and %s versions %v; this host supports [1] and [1]", m.ID, m.Version, m.HostProtocols, protocol.Capability, m.Capabilities[0].Versions)
+	}
+	return hp, cv, nil
+}
+
+// CheckRegistry refuses to add a binding of extension id enabling adapters to
+// the registry existing ([BIND-4]): one binding per id, one binding per
+// adapter, at most binding.MaxRecords records. Callers hold the lifecycle
+// lock, so the answer stays true until they publish.
+func CheckRegistry(existing []*binding.Binding, id string, adapters []string) error {
+	if b, _ := binding.Find(existing, id); b != nil {
+		return errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; retire it first", id, b.Path)
+	}
+	for _, a := range adapters {
+		if b, _ := binding.ForAdapter(existing, a); b != nil {
+			return errcode.New(errcode.AdapterConflict, "adapter %q is already enabled by %s; retire that binding first", a, b.ExtensionID)
+		}
+	}
+	if len(existing) >= binding.MaxRecords {
+		return errcode.New(errcode.RegistryOversized, "the registry already holds %d bindings", binding.MaxRecords)
+	}
+	return nil
+}
+
+// BuiltinScript is the path of a built-in adapter script ([HOME-1]).
+func BuiltinScript(h *home.Home, adapter string) string {
+	return filepath.Join(h.Root, "bin", "fm-procevent-"+adapter+".sh")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// readManifest reads the manifest named by the scanned tree and checks that
+// its bytes are the ones the scan hashed.
+func readManifest(root string, tree *pkgtree.Tree) (*manifest.Manifest, string, error) {
+	digest, ok := pkgtree.FileSHA256(tree, manifest.File)
+	if !ok {
+		return nil, "", errcode.New(errcode.ManifestMissing, "package %q has no %s at its root", root, manifest.File)
+	}
+	path := filepath.Join(root, manifest.File)
+	f, err := fsutil.OpenNoFollow(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	data, err := strictjson.Read(f, manifest.MaxBytes, "manifest "+path)
+	if err != nil {
+		return nil, "", err
+	}
+	if binding.Digest(data) != digest {
+		return nil, "", errcode.New(errcode.IntegrityMismatch, "manifest %q changed while it was being read", path)
+	}
+	m, err := manifest.Parse(data, "manifest "+path)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, digest, nil
+}
+
+func checkEntrypoint(tree *pkgtree.Tree, rel, root string) (string, error) {
+	for _, e := range tree.Entries {
+		if e.Path != rel {
+			continue
+		}
+		if e.Dir {
+			return "", errcode.New(errcode.EntrypointInvalid, "entrypoint %q in %q is a directory", rel, root)
+		}
+		if !e.Exec {
+			return "", errcode.New(errcode.EntrypointInvalid, "entrypoint %q in %q is not executable (chmod +x it)", rel, root)
+		}
+		d, _ := pkgtree.FileSHA256(tree, rel)
+		return d, nil
+	}
+	return "", errcode.New(errcode.EntrypointMissing, "entrypoint %q is not a file in %q", rel, root)
+}
+
+// Revalidate re-checks an installed identity against its record ([INV-1]):
+// the complete installed tree, its digest, the manifest digest and the
+// entrypoint digest.
+func Revalidate(rec *binding.Record) error {
+	if _, err := os.Lstat(rec.PackageRoot); os.IsNotExist(err) {
+		return errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
+	}
+	tree, err := pkgtree.Scan(rec.PackageRoot, pkgtree.Installed)
+	if err != nil {
+		return err
+	}
+	if tree.Digest != rec.PackageDigest {
+		return errcode.New(errcode.IntegrityMismatch, "installed package %q no longer has digest %s; it was changed after bind", rec.PackageRoot, rec.PackageDigest)
+	}
+	if d, ok := pkgtree.FileSHA256(tree, manifest.File); !ok || d != rec.ManifestSHA256 {
+		return errcode.New(errcode.IntegrityMismatch, "installed manifest in %q does not match manifest_sha256", rec.PackageRoot)
+	}
+	d, err := checkEntrypoint(tree, rec.Entrypoint, rec.PackageRoot)
+	if err != nil {
+		return err
+	}
+	if d != rec.EntrypointSHA256 {
+		return errcode.New(errcode.IntegrityMismatch, "installed entrypoint %q does not match entrypoint_sha256", rec.Entrypoint)
+	}
+	return nil
+}
+
+// Current re-reads b's binding file and checks it still has b's digest, so an
+// invocation never runs on a binding that was replaced or retired meanwhile.
+func Current(b *binding.Binding) error {
+	data, err := fsutil.ReadPrivateFile(b.Path, binding.MaxBytes)
+	if os.IsNotExist(err) {
+		return errcode.New(errcode.BindingMissing, "binding %q was retired", b.Path)
+	}
+	if err != nil {
+		return err
+	}
+	if binding.Digest(data) != b.Digest {
+		return errcode.New(errcode.IntegrityMismatch, "binding %q changed since it was resolved", b.Path)
+	}
+	return nil
+}
+
+// Call is one invocation of an operation.
+type Call struct {
+	Adapter   string
+	Operation string
+	Input     any
+	RequestID string // "" for a fresh random id
+	SourceID  string // recorded in the owner record; may be ""
+}
+
+// Invoke revalidates b, handshakes, and runs one operation, returning its
+// decoded result (*protocol.PollResult, *protocol.ClassifyResult or
+// *protocol.BoolResult).
+func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any, error) {
+	if !b.Enables(c.Adapter) {
+		return nil, errcode.New(errcode.AdapterUnbound, "binding %s does not enable adapter %q", b.ExtensionID, c.Adapter)
+	}
+	if c.RequestID == "" {
+		c.RequestID = protocol.NewRequestID()
+	}
+	if err := Current(b); err != nil {
+		return nil, err
+	}
+	if err := Handshake(ctx, h, &b.Record, b.Digest); err != nil {
+		return nil, err
+	}
+	req := protocol.Request{
+		Schema:            protocol.RequestSchema,
+		RequestID:         c.RequestID,
+		HostProtocol:      b.HostProtocol,
+		ExtensionID:       b.ExtensionID,
+		ExtensionVersion:  b.ExtensionVersion,
+		PackageDigest:     b.PackageDigest,
+		Capability:        protocol.Capability,
+		CapabilityVersion: b.Capabilities[0].Version,
+		Adapter:           c.Adapter,
+		Operation:         c.Operation,
+		Input:             c.Input,
+	}
+	out, err := run(ctx, h, &b.Record, b.Digest, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := protocol.CheckResponse(out, c.RequestID)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.DecodeResult(c.Operation, raw)
+}
+
+// Handshake revalidates rec and runs the handshake ([PROTO-1], [PROTO-2]).
+// bindingDigest is recorded in the invocation's owner record.
+func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
+	if err := Revalidate(rec); err != nil {
+		return err
+	}
+	c := rec.Capabilities[0]
+	req := protocol.HandshakeRequest{
+		Schema:           protocol.HandshakeRequestSchema,
+		RequestID:        protocol.NewRequestID(),
+		HostProtocols:    protocol.HostProtocols,
+		ExtensionID:      rec.ExtensionID,
+		ExtensionVersion: rec.ExtensionVersion,
+		PackageDigest:    rec.PackageDigest,
+		Capability:       protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
+	}
+	out, err := run(ctx, h, rec, bindingDigest, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	return protocol.CheckHandshake(out, &req)
+}
+
+func run(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest, verb string, req any, requestID, sourceID, op string, timeout time.Duration) ([]byte, error) {
+	stdin, err := strictjson.Canonical(req)
+	if err != nil {
+		return nil, err
+	}
+	if len(stdin) > protocol.MaxEnvelope {
+		return nil, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), protocol.MaxEnvelope)
+	}
+	env, err := Environment(h, rec)
+	if err != nil {
+		return nil, err
+	}
+	if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
+		return nil, err
+	}
+	res, err := launch.Run(ctx, launch.Spec{
+		Path:        filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)),
+		Verb:        verb,
+		Dir:         rec.PackageRoot,
+		Env:         env,
+		Stdin:       stdin,
+		StdoutLimit: protocol.MaxEnvelope,
+		StderrLimit: protocol.MaxStderr,
+		Timeout:     timeout,
+		Records:     h.Invocations(),
+		Owner: launch.Owner{
+			ExtensionID:   rec.ExtensionID,
+			BindingDigest: bindingDigest,
+			RequestID:     requestID,
+			SourceID:      sourceID,
+			Operation:     op,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
+// Environment builds the exact minimal environment of an entrypoint
+// ([INV-3]) and creates the package's private state directory.
+func Environment(h *home.Home, rec *binding.Record) ([]string, error) {
+	state := h.ExtensionState(rec.ExtensionID)
+	if err := home.EnsurePrivate(h.State, false); err != nil {
+		return nil, err
+	}
+	if err := home.EnsurePrivate(state, true); err != nil {
+		return nil, err
+	}
+	env := []string{
+		"PATH=" + SystemPath,
+		"LANG=C",
+		"LC_ALL=C",
+		"FIRSTMATE_EXTENSION_ID=" + rec.ExtensionID,
+		"FIRSTMATE_EXTENSION_VERSION=" + rec.ExtensionVersion,
+		"FIRSTMATE_EXTENSION_STATE=" + state,
+	}
+	if rec.Consents.CredentialStore {
+		for _, k := range credentialVars {
+			if v, ok := os.LookupEnv(k); ok {
+				env = append(env, k+"="+v)
+			}
+		}
+	}
+	return env, nil
+}
+
+// Resolve loads the registry and returns the binding enabling adapter.
+func Resolve(h *home.Home, adapter string) (*binding.Binding, error) {
+	bs, err := binding.Load(h)
+	if err != nil {
+		return nil, err
+	}
+	if bs == nil {
+		return nil, errcode.New(errcode.AdapterUnbound, "no extension bindings in this home; bind a package that provides adapter %q", adapter)
+	}
+	return binding.ForAdapter(bs, adapter)
+}
+
+// Verify revalidates and handshakes every binding, or the one named id
+// ([LST-3]). It returns the verified bindings.
+func Verify(ctx context.Context, h *home.Home, id string) ([]*binding.Binding, error) {
+	bs, err := binding.Load(h)
+	if err != nil {
+		return nil, err
+	}
+	if id != "" {
+		b, err := binding.Find(bs, id)
+		if err != nil {
+			return nil, err
+		}
+		bs = []*binding.Binding{b}
+	}
+	for _, b := range bs {
+		if err := Handshake(ctx, h, &b.Record, b.Digest); err != nil {
+			return nil, err
+		}
+	}
+	return bs, nil
+}
+
+// Preflight refuses retirement while something depends on a binding. The
+// process-event core supplies one that checks registrations and unhandled
+// results.
+type Preflight func(b *binding.Binding) error
+
+// RetireBinding moves exactly the binding of id whose digest is digest into
+// retired-bindings, after full validation and the dependency preflight,
+// under the lifecycle lock ([LIFE-2]). It returns the retained path.
+func RetireBinding(h *home.Home, id, digest string, preflight Preflight) (string, error) {
+	if !binding.CheckDigest(digest) {
+		return "", errcode.New(errcode.Usage, "--if-binding-digest %q must be sha256:<64 lowercase hex>", digest)
+	}
+	lock, err := lifecycle.Acquire(h)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Release()
+	bs, err := binding.Load(h)
+	if err != nil {
+		return "", err
+	}
+	b, err := binding.Find(bs, id)
+	if err != nil {
+		return "", err
+	}
+	if b.Digest != digest {
+		return "", errcode.New(errcode.OwnerMismatch, "binding %s has digest %s, not %s; inspect it and retry with the current digest", id, b.Digest, digest)
+	}
+	if strings.HasPrefix(b.Source.Path, h.Staging()+string(filepath.Separator)) {
+		return "", errcode.New(errcode.TransferExists, "binding %s was received by transfer; retire it with fm extension retire-transfer", id)
+	}
+	if err := Revalidate(&b.Record); err != nil {
+		return "", err
+	}
+	if preflight != nil {
+		if err := preflight(b); err != nil {
+			return "", err
+		}
+	}
+	if err := ReleaseInvocations(h, b.Digest); err != nil {
+		return "", err
+	}
+	return binding.Retire(h, b)
+}
+
+// ReleaseInvocations resolves the owner records of dead hosts that pin
+// bindingDigest, and refuses with binding-in-use while any record
+// for it remains (a live invocation or an unproven group).
+func ReleaseInvocations(h *home.Home, bindingDigest string) error {
+	dir := h.Invocations()
+	match := func(r launch.Record) bool { return r.BindingDigest == bindingDigest }
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	_, cerr := launch.Cleanup(dir, match)
+	pins, err := launch.Pins(dir, bindingDigest)
+	if err != nil {
+		return err
+	}
+	if len(pins) > 0 {
+		return errcode.New(errcode.BindingInUse, "%d invocation record(s) in %q still pin binding %s (a live invocation or a group not yet proved gone); retry, or run fm extension cleanup-invocations", len(pins), dir, bindingDigest)
+	}
+	return cerr
+}

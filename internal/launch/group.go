@@ -1,0 +1,138 @@
+package launch
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Timing of group cleanup [GRP-2].
+const (
+	// termGrace is how long a group gets to exit after TERM before KILL.
+	termGrace = 500 * time.Millisecond
+	// killWait bounds the wait for a KILLed group to be proved gone; past
+	// it the group is reported as not provably gone (process-cleanup-failed).
+	killWait = 5 * time.Second
+	// pollMax caps the back-off between two looks at a group.
+	pollMax = 25 * time.Millisecond
+)
+
+// group is one invocation process group, held through a pidfd of its leader.
+//
+// The pidfd pins the kernel's struct pid of the leader, which is also the
+// group's id, so PIDFD_SIGNAL_PROCESS_GROUP reaches exactly that group even
+// after the leader is reaped and its number is reused; and a group probe
+// (signal 0) fails with ESRCH exactly when no process, live or zombie, is left
+// in it [GRP-4].
+type group struct {
+	pgid  int // the leader's pid, which is the group id
+	pidfd int
+}
+
+// signal sends sig to every member of the exact group. Linux before 6.9 has no
+// PIDFD_SIGNAL_PROCESS_GROUP (EINVAL); there kill(-pgid) is used, but only
+// while the leader still exists (running or an unreaped zombie), because only
+// then is the number pinned to this group; otherwise nothing is sent. Errors
+// are not returned: whether the group is gone is decided only by gone.
+func (g *group) signal(sig unix.Signal) {
+	err := unix.PidfdSendSignal(g.pidfd, sig, nil, unix.PIDFD_SIGNAL_PROCESS_GROUP)
+	if err == unix.EINVAL && g.leaderExists() {
+		_ = unix.Kill(-g.pgid, sig)
+	}
+}
+
+// leaderExists reports whether the leader is still running or an unreaped
+// zombie.
+func (g *group) leaderExists() bool {
+	return unix.PidfdSendSignal(g.pidfd, 0, nil, 0) == nil
+}
+
+// empty reports whether the kernel proves the group has no process left, not
+// even a zombie. false means "not proved", not "alive".
+func (g *group) empty() bool {
+	err := unix.PidfdSendSignal(g.pidfd, 0, nil, unix.PIDFD_SIGNAL_PROCESS_GROUP)
+	if err == unix.EINVAL && g.leaderExists() {
+		err = unix.Kill(-g.pgid, 0)
+	}
+	return err == unix.ESRCH
+}
+
+// gone reports whether the group is proved extinct: empty, or every process
+// left in it is a zombie that some other parent will (or will never) reap
+// [GRP-4]. The scan only runs when the kernel says the group is not empty, so
+// the group's number is still held by its own members and every process found
+// with that pgid is one of them; should the group empty and the number be
+// reused in between, a live stranger makes the answer "not gone" (refuse) and
+// only zombies make it "gone", which is then true of this group as well.
+func (g *group) gone() (bool, error) {
+	if g.empty() {
+		return true, nil
+	}
+	ms, err := members(g.pgid)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if !m.dead() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// sweep looks at the members of a group whose leader is this process's
+// unreaped child (so the pgid number is pinned to the group). It counts the
+// live members, the leader included, and reaps every zombie member that is
+// this process's child, except the leader: orphans of the group re-parent to
+// this process because it is a child subreaper. Reaping by exact pid is safe:
+// only this process can reap its own children, and a member's pid is pinned
+// while it is a zombie.
+func (g *group) sweep() (live, reaped int, err error) {
+	ms, err := members(g.pgid)
+	if err != nil {
+		return 0, 0, err
+	}
+	self := os.Getpid()
+	for _, m := range ms {
+		switch {
+		case !m.dead():
+			live++
+		case m.pid != g.pgid && m.ppid == self:
+			if p, _ := unix.Wait4(m.pid, nil, unix.WNOHANG|unix.WALL, nil); p == m.pid {
+				reaped++
+			}
+		}
+	}
+	return live, reaped, nil
+}
+
+// stopForeign stops a group this process did not start (recovery [GRP-3]):
+// TERM, KILL after termGrace, and reports whether it was proved gone within
+// killWait. It reaps nothing: the members are not its children.
+func (g *group) stopForeign() (bool, error) {
+	if ok, err := g.gone(); ok || err != nil {
+		return ok, err
+	}
+	g.signal(unix.SIGTERM)
+	if ok, err := waitFor(termGrace, g.gone); ok || err != nil {
+		return ok, err
+	}
+	g.signal(unix.SIGKILL)
+	return waitFor(killWait, g.gone)
+}
+
+// waitFor polls cond with a short back-off until it holds or d passes.
+func waitFor(d time.Duration, cond func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(d)
+	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
+		ok, err := cond()
+		if ok || err != nil {
+			return ok, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		time.Sleep(delay)
+	}
+}

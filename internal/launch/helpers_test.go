@@ -1,0 +1,304 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// The test binary is its own fake entrypoint, descendant and host: the
+// environment variable envMode selects a helper mode. The barrier execs the
+// entrypoint with exactly Spec.Env, so every helper gets its settings from
+// there.
+const (
+	envMode       = "FM_LAUNCH_TEST_MODE"
+	envReport     = "FM_LAUNCH_TEST_REPORT"      // directory for pid reports
+	envRole       = "FM_LAUNCH_TEST_ROLE"        // report name of a descendant
+	envIgnoreTerm = "FM_LAUNCH_TEST_IGNORE_TERM" // "1": ignore SIGTERM
+	envRecords    = "FM_LAUNCH_TEST_RECORDS"     // records directory (mode record, host)
+	envEntry      = "FM_LAUNCH_TEST_ENTRY"       // host: the entrypoint's mode
+	envCrash      = "FM_LAUNCH_TEST_CRASH"       // host: the step to SIGKILL itself at
+	envTimeout    = "FM_LAUNCH_TEST_TIMEOUT_MS"  // host: Spec.Timeout
+)
+
+func TestMain(m *testing.M) {
+	MaybeBarrier()
+	if mode := os.Getenv(envMode); mode != "" {
+		os.Exit(helper(mode))
+	}
+	// Orphans of the helper hosts the tests kill re-parent to this process
+	// (not to PID 1, which never reaps here), so reapOrphans can reap them.
+	if err := becomeSubreaper(); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
+
+var testOwner = Owner{
+	ExtensionID:   "org.example.test",
+	BindingDigest: "sha256:" + strings.Repeat("ab", 32),
+	RequestID:     "sha256:" + strings.Repeat("cd", 32),
+	SourceID:      "src-1",
+	Operation:     "source.poll",
+}
+
+// noRaceExitSleep stops a -race helper from sleeping 1 s at exit.
+const noRaceExitSleep = "GORACE=atexit_sleep_ms=0"
+
+// entryEnv is the exact environment of a helper entrypoint.
+func entryEnv(mode, reportDir, records string) []string {
+	return []string{envMode + "=" + mode, envReport + "=" + reportDir, envRecords + "=" + records, "LANG=C", "LC_ALL=C", noRaceExitSleep}
+}
+
+func helper(mode string) int {
+	switch mode {
+	case "good": // echo stdin, argv, cwd and environment
+		in, _ := io.ReadAll(os.Stdin)
+		report("leader")
+		wd, _ := os.Getwd()
+		fmt.Printf("ok:%s|%s|%s|%s", in, strings.Join(os.Args, " "), wd, strings.Join(os.Environ(), ","))
+	case "record": // check the owner record from inside the package's code
+		report("leader")
+		if err := checkOwnRecord(); err != nil {
+			fmt.Print(err)
+			return 1
+		}
+		fmt.Print("record-ok")
+	case "tidy": // a well-behaved entrypoint: its child exits and is waited for
+		c := exec.Command(exe())
+		c.Env = []string{envMode + "=quick", noRaceExitSleep}
+		if c.Run() != nil {
+			return 1
+		}
+		report("leader")
+		fmt.Print("ok")
+	case "zombie-orphan": // leaves an exited, unreaped child behind
+		pid := spawn("orphan", false, false, false, "quick")
+		for st, err := readStat(pid); err == nil && !st.dead(); st, err = readStat(pid) {
+			time.Sleep(time.Millisecond)
+		}
+		report("leader")
+		fmt.Print("ok")
+	case "hang": // ignores TERM, and so does its child
+		signal.Ignore(syscall.SIGTERM)
+		spawn("child", true, false, false, "child")
+		report("leader")
+		time.Sleep(time.Hour)
+	case "leak": // answers, exits 0, leaves a TERM-ignoring child holding stdout
+		spawn("child", true, false, true, "child")
+		report("leader")
+		fmt.Print("ok")
+	case "flood-out":
+		report("leader")
+		os.Stdout.Write(bytes.Repeat([]byte("x"), 70000))
+		time.Sleep(time.Hour)
+	case "flood-err":
+		report("leader")
+		os.Stderr.Write(bytes.Repeat([]byte("e"), 9000))
+		time.Sleep(time.Hour)
+	case "exit7":
+		return 7
+	case "selfkill":
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Hour)
+	case "setsid": // a child escapes into a new session, keeping stdout
+		spawn("escaped", false, true, true, "child")
+		report("leader")
+		fmt.Print("ok")
+	case "slow": // a child, some output, then waits
+		spawn("child", false, false, false, "child")
+		report("leader")
+		fmt.Print("partial")
+		time.Sleep(time.Hour)
+	case "spawn-and-exit": // leaves a live child in its group, exits
+		spawn("child", false, false, false, "child")
+		report("leader")
+	case "child":
+		if os.Getenv(envIgnoreTerm) == "1" {
+			signal.Ignore(syscall.SIGTERM)
+		}
+		report(os.Getenv(envRole))
+		time.Sleep(time.Hour)
+	case "quick":
+	case "host":
+		return hostMain()
+	default:
+		return 2
+	}
+	return 0
+}
+
+func exe() string {
+	p, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// report publishes the calling process's exact identity as <report>/<role>.
+func report(role string) {
+	dir := os.Getenv(envReport)
+	st, err := readStat(os.Getpid())
+	if err != nil {
+		panic(err)
+	}
+	tmp := filepath.Join(dir, "."+role)
+	data := fmt.Sprintf("%d %d", os.Getpid(), st.start)
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+		panic(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, role)); err != nil {
+		panic(err)
+	}
+}
+
+// spawn starts the test binary in mode as a child of the caller and, for mode
+// "child", waits until it has reported as role.
+func spawn(role string, ignoreTerm, setsid, keepStdout bool, mode string) int {
+	env := []string{envMode + "=" + mode, envReport + "=" + os.Getenv(envReport), envRole + "=" + role, noRaceExitSleep}
+	if ignoreTerm {
+		env = append(env, envIgnoreTerm+"=1")
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		panic(err)
+	}
+	defer null.Close()
+	out := null
+	if keepStdout {
+		out = os.Stdout
+	}
+	p, err := os.StartProcess(exe(), []string{exe()}, &os.ProcAttr{
+		Env: env, Files: []*os.File{null, out, null},
+		Sys: &syscall.SysProcAttr{Setsid: setsid},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if mode == "child" {
+		for {
+			if _, err := os.Stat(filepath.Join(os.Getenv(envReport), role)); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return p.Pid
+}
+
+// checkOwnRecord verifies, from the entrypoint's side, that its owner record
+// was durably published before package code ran [GRP-1].
+func checkOwnRecord() error {
+	records := os.Getenv(envRecords)
+	recs, err := List(records)
+	if err != nil || len(recs) != 1 {
+		return fmt.Errorf("want exactly one record, got %d (%v)", len(recs), err)
+	}
+	r := recs[0]
+	me, err := readStat(os.Getpid())
+	if err != nil {
+		return err
+	}
+	boot, _ := bootID()
+	switch {
+	case r.Phase != PhaseGroup:
+		return fmt.Errorf("phase %q", r.Phase)
+	case *r.GroupPID != os.Getpid() || me.pgid != os.Getpid():
+		return fmt.Errorf("group %d, pid %d, pgid %d", *r.GroupPID, os.Getpid(), me.pgid)
+	case *r.Leader != Identity{PID: os.Getpid(), StartTime: me.start, BootID: boot}:
+		return fmt.Errorf("leader %+v", *r.Leader)
+	case r.Host.PID != os.Getppid() || !r.HostLive:
+		return fmt.Errorf("host %+v, parent %d, live %v", r.Host, os.Getppid(), r.HostLive)
+	case r.ExtensionID != testOwner.ExtensionID || r.BindingDigest != testOwner.BindingDigest ||
+		r.RequestID != testOwner.RequestID || r.SourceID != testOwner.SourceID || r.Operation != testOwner.Operation:
+		return fmt.Errorf("owner fields %+v", r)
+	case time.Since(time.Unix(r.CreatedAt, 0)) > time.Minute:
+		return fmt.Errorf("created_at %d", r.CreatedAt)
+	}
+	raw, err := os.ReadFile(r.Path)
+	if err != nil {
+		return err
+	}
+	canon, _ := strictjson.Canonical(&r)
+	if !bytes.Equal(raw, canon) {
+		return fmt.Errorf("record is not canonical: %s", raw)
+	}
+	for _, key := range []string{"schema", "phase", "group_pid", "leader", "host", "extension_id", "binding_digest", "request_id", "source_id", "operation", "created_at", "pid", "start_time", "boot_id"} {
+		if !bytes.Contains(raw, []byte(`"`+key+`":`)) {
+			return fmt.Errorf("record lacks %q", key)
+		}
+	}
+	for path, want := range map[string]os.FileMode{r.Path: 0o600, records: 0o700 | os.ModeDir} {
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode() != want {
+			return fmt.Errorf("%s: mode %v, want %v (%v)", path, fi.Mode(), want, err)
+		}
+	}
+	return nil
+}
+
+// reportChildren publishes the exact identities of the host's children (the
+// barrier) as <report>/host-children, so the test can reap them once they are
+// orphans.
+func reportChildren() {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	var lines []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			if st, err := readStat(pid); err == nil {
+				lines = append(lines, fmt.Sprintf("%d %d", pid, st.start))
+			}
+		}
+	}
+	os.WriteFile(filepath.Join(os.Getenv(envReport), "host-children"), []byte(strings.Join(lines, "\n")), 0o600)
+}
+
+// hostMain is a tiny fm host: it runs one invocation with ctx cancelled on
+// SIGTERM/SIGINT, prints "ok" or the error code, and exits 3 on error. With
+// envCrash it SIGKILLs itself at that step of Run.
+func hostMain() int {
+	if crash := os.Getenv(envCrash); crash != "" {
+		crashHook = func(s string) {
+			if s == crash {
+				reportChildren()
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				time.Sleep(time.Hour)
+			}
+		}
+	}
+	timeout := 30 * time.Second
+	if ms, err := strconv.Atoi(os.Getenv(envTimeout)); err == nil {
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	reportDir, records := os.Getenv(envReport), os.Getenv(envRecords)
+	_, err := Run(ctx, Spec{
+		Path: exe(), Verb: "invoke", Dir: reportDir,
+		Env:         entryEnv(os.Getenv(envEntry), reportDir, records),
+		StdoutLimit: 65536, StderrLimit: 8192, Timeout: timeout,
+		Records: records, Owner: testOwner,
+	})
+	if err != nil {
+		fmt.Print(errcode.Of(err))
+		return 3
+	}
+	fmt.Print("ok")
+	return 0
+}

@@ -1,0 +1,597 @@
+// Package launch runs one extension invocation in its own process group and
+// proves that group gone afterwards (CONTRACT §7.3 [INV-2]..[INV-5], §8
+// [GRP-1]..[GRP-5]).
+//
+// # Launch [GRP-1], [INV-2], [INV-3]
+//
+// Run first durably publishes <Records>/<hex>.owner.json in phase "reserved",
+// then starts the launch barrier: the running executable (/proc/self/exe)
+// re-executed as [exe, BarrierArg, entrypoint, verb] in a new process group
+// (pgid = its pid),
+// with the entrypoint's exact environment and working directory, three pipes
+// for stdio and the read end of a release pipe as descriptor 3. Run reads the
+// barrier's exact identity (pid, start time from /proc/<pid>/stat, boot id),
+// durably rewrites the record in phase "group" with that leader and group,
+// and only then writes the release byte; the barrier then execve's the
+// entrypoint with argv [entrypoint, verb] (see MaybeBarrier). So no package
+// code ever runs in a group that is not on disk, and a host that dies before
+// the release leaves a barrier that exits on end of file.
+//
+// # Streams and time [INV-4], [INV-5]
+//
+// Stdin is written and closed. Stdout is kept up to StdoutLimit; stderr is
+// only counted, never stored or shown. One byte over a limit, the timeout, or
+// cancellation of ctx stops the invocation at once.
+//
+// # Group cleanup [GRP-2]
+//
+// Whatever ends the invocation, Run does not return until the exact group is
+// proved gone (or reports that it cannot be). The host is a child subreaper,
+// so the group's orphans re-parent to it; the leader is kept an unreaped
+// zombie until the end, which pins the group's number, so signals and the
+// /proc membership scan cannot reach another group; zombie members that are
+// this process's children are reaped by exact pid. The group gets TERM, then
+// KILL after 500 ms, when the invocation is stopped early or when anything in
+// it outlives the leader; a successful leader whose group is still alive is
+// process-leak. When no member is alive the leader is reaped and the kernel is
+// asked through the leader's pidfd whether the group still has any process;
+// members that are all zombies of some other parent count as gone [GRP-4].
+// Only then is the record removed (directory fsynced). If the group cannot be
+// proved gone the result is process-cleanup-failed and the record stays.
+//
+// Several Runs may run at once in one process: each touches only its own
+// group, and nothing here ever waits for "any child".
+//
+// # Recovery [GRP-3]
+//
+// A record whose host died stays until Cleanup resolves it; see Cleanup for
+// the decision table. List and Pins read records without changing anything.
+//
+// # What is not promised [GRP-5]
+//
+// A package process that leaves the group (setsid, setpgid) is outside the
+// contract: it is never signalled, never claimed killed, and if it keeps the
+// invocation's stdout or stderr open after the group is gone, Run reports
+// process-leak. No process outside the exact recorded group is ever signalled,
+// and ownership is never inferred from command lines or process-table scans.
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Owner says who an invocation is for; it is written into the owner record.
+type Owner struct {
+	ExtensionID   string
+	BindingDigest string
+	RequestID     string
+	SourceID      string // "" when the invocation serves no source
+	Operation     string
+}
+
+// Spec is one invocation of one entrypoint.
+type Spec struct {
+	// Path is the entrypoint, an absolute path; argv is [Path, Verb].
+	Path string
+	Verb string
+	// Dir is the working directory (the package root).
+	Dir string
+	// Env is the entrypoint's exact environment. Nothing of the host's
+	// environment is added; a nil Env is an empty environment.
+	Env   []string
+	Stdin []byte
+	// StdoutLimit and StderrLimit bound the streams in bytes; one byte more is
+	// response-oversized or stderr-oversized, and stops the invocation at once.
+	StdoutLimit, StderrLimit int
+	// Timeout bounds the invocation from its release (timeout).
+	Timeout time.Duration
+	// Records is <state>/extension-invocations. It is created 0700 if absent
+	// (its parent must exist) and must be a private directory.
+	Records string
+	Owner   Owner
+}
+
+// Result is a successful invocation's output.
+type Result struct {
+	Stdout []byte
+}
+
+// pipeGrace is how long Run waits, once the group is proved gone, for stdout
+// and stderr to reach end of file. Only a process outside the group can still
+// hold them then.
+const pipeGrace = time.Second
+
+// crashHook, when set, is called at each step of Run and of its cleanup; nil
+// in production. Tests kill the host there (crash injection). The steps are
+// "reserve", "reserved", "started", "grouped", "released", "reading",
+// "terminating" and "proved".
+var crashHook func(step string)
+
+func step(name string) {
+	if crashHook != nil {
+		crashHook(name)
+	}
+}
+
+// Run runs s to completion and returns its stdout, or a coded error:
+// response-oversized, stderr-oversized, timeout (also when ctx's deadline
+// passes), process-failed (non-zero exit, death by signal, or ctx cancelled:
+// the host was interrupted), process-leak, or process-cleanup-failed when the
+// group could not be proved gone (the record is then kept, and stays a live
+// invocation of this host until the host exits). Run returns only after the
+// group is proved gone, except in that last case. A records directory that is
+// not private is refused before anything starts.
+//
+// Run makes the calling process a child subreaper (PR_SET_CHILD_SUBREAPER)
+// for the rest of its life, so orphans of everything it starts re-parent to
+// it; Run reaps only those of its own invocation groups.
+func Run(ctx context.Context, s Spec) (*Result, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, s.interrupted(ctx)
+	}
+	if err := becomeSubreaper(); err != nil {
+		return nil, err
+	}
+	host, err := selfIdentity()
+	if err != nil {
+		return nil, err
+	}
+	boot, err := bootID()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := openRecordDir(s.Records, true)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.close()
+	name, err := newRecordName()
+	if err != nil {
+		return nil, err
+	}
+	rec := &Record{
+		Schema:        RecordSchema,
+		Phase:         PhaseReserved,
+		Host:          host,
+		ExtensionID:   s.Owner.ExtensionID,
+		BindingDigest: s.Owner.BindingDigest,
+		RequestID:     s.Owner.RequestID,
+		SourceID:      s.Owner.SourceID,
+		Operation:     s.Owner.Operation,
+		CreatedAt:     time.Now().Unix(),
+	}
+	step("reserve")
+	if err := dir.write(name, rec); err != nil {
+		return nil, err
+	}
+	step("reserved")
+
+	inv, err := start(s)
+	if err != nil {
+		// The barrier never ran (a failed start is reaped by the runtime),
+		// so the reserved record owns nothing.
+		return nil, firstErr(err, dir.removeErr(name))
+	}
+	defer inv.closePipes()
+	step("started")
+
+	st, err := readStat(inv.g.pgid)
+	switch {
+	case err != nil:
+		err = errcode.Wrap(errcode.Internal, err, "read the identity of launch barrier %d", inv.g.pgid)
+	case st.pgid != inv.g.pgid:
+		err = errcode.New(errcode.Internal, "launch barrier %d is in process group %d, not its own", inv.g.pgid, st.pgid)
+	default:
+		pgid := inv.g.pgid
+		rec.Phase, rec.GroupPID = PhaseGroup, &pgid
+		rec.Leader = &Identity{PID: pgid, StartTime: st.start, BootID: boot}
+		err = dir.write(name, rec)
+	}
+	if err == nil {
+		step("grouped")
+		if ctx.Err() != nil {
+			err = s.interrupted(ctx)
+		}
+	}
+	if err == nil {
+		err = inv.release()
+	}
+	if err != nil {
+		// Package code never ran: only the barrier is in the group.
+		if _, serr := inv.stop(true); serr != nil {
+			return nil, serr // the record stays [GRP-2]
+		}
+		return nil, firstErr(err, dir.removeErr(name))
+	}
+	step("released")
+
+	cause := inv.supervise(ctx, s)
+	res, err := inv.finish(ctx, s, cause)
+	if errcode.Is(err, errcode.ProcessCleanupFailed) {
+		return nil, err // the record stays [GRP-2]
+	}
+	step("proved")
+	if err := firstErr(err, dir.removeErr(name)); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// becomeSubreaper marks this process a child subreaper. It is idempotent and
+// process-wide, so calling it on every Run is safe under concurrency.
+func becomeSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "become a child subreaper")
+	}
+	return nil
+}
+
+func (s *Spec) check() error {
+	switch {
+	case !filepath.IsAbs(s.Path):
+		return errcode.New(errcode.Internal, "launch: entrypoint %q is not an absolute path", s.Path)
+	case s.Verb == "" || s.Dir == "":
+		return errcode.New(errcode.Internal, "launch: verb and working directory are required")
+	case s.StdoutLimit < 0 || s.StderrLimit < 0 || s.Timeout <= 0:
+		return errcode.New(errcode.Internal, "launch: stream limits must be >= 0 and the timeout > 0")
+	case s.Owner.ExtensionID == "" || s.Owner.BindingDigest == "" || s.Owner.RequestID == "" || s.Owner.Operation == "":
+		return errcode.New(errcode.Internal, "launch: owner extension id, binding digest, request id and operation are required")
+	}
+	return nil
+}
+
+// what names the invocation in messages: never package text.
+func (s *Spec) what() string {
+	return fmt.Sprintf("extension %s %s (%s)", s.Owner.ExtensionID, s.Owner.Operation, s.Verb)
+}
+
+// interrupted is the error for a cancelled ctx: timeout for an expired
+// deadline, otherwise process-failed (the host was interrupted).
+func (s *Spec) interrupted(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.DeadlineExceeded) {
+		return errcode.Wrap(errcode.Timeout, cause, "%s: stopped at the caller's deadline", s.what())
+	}
+	return errcode.Wrap(errcode.ProcessFailed, cause, "%s: interrupted by the host", s.what())
+}
+
+// invocation is one started barrier/entrypoint and the host's ends of its
+// pipes.
+type invocation struct {
+	g              group
+	stdin          *os.File
+	stdout, stderr *os.File
+	relW           *os.File      // write end of the release pipe
+	leaderDone     chan struct{} // closed when the leader has exited (not reaped)
+	out, errs      *stream
+	stdinDone      chan struct{}
+}
+
+// selfExe is what the barrier is executed from: the kernel's link to the
+// running executable, so the barrier is exactly this binary even if the file
+// at its path was replaced (an upgrade) or removed since it started.
+const selfExe = "/proc/self/exe"
+
+// start starts the barrier in a new process group.
+func start(s Spec) (*invocation, error) {
+	var host, child [4]*os.File // stdin, stdout, stderr, release
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	for i := range host {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(host[:])
+			closeAll(child[:])
+			return nil, errcode.Wrap(errcode.Internal, err, "create pipes for %s", s.what())
+		}
+		if i == 1 || i == 2 { // the child writes stdout and stderr
+			host[i], child[i] = r, w
+		} else {
+			host[i], child[i] = w, r
+		}
+	}
+	pidfd := -1
+	pid, err := syscall.ForkExec(selfExe, []string{os.Args[0], BarrierArg, s.Path, s.Verb}, &syscall.ProcAttr{
+		Dir:   s.Dir,
+		Env:   s.Env,
+		Files: []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd(), child[3].Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
+	})
+	closeAll(child[:])
+	if err != nil {
+		closeAll(host[:])
+		return nil, errcode.Wrap(errcode.ProcessFailed, err, "start the launch barrier for %s", s.what())
+	}
+	if pidfd < 0 {
+		// No CLONE_PIDFD (Linux before 5.2). The unreaped child still pins
+		// its pid, so killing and reaping it by pid is exact.
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_, _ = unix.Wait4(pid, nil, unix.WALL, nil)
+		closeAll(host[:])
+		return nil, errcode.New(errcode.Internal, "start the launch barrier: this kernel has no pidfds (Linux 5.3 or later is required)")
+	}
+	inv := &invocation{
+		g:          group{pgid: pid, pidfd: pidfd},
+		stdin:      host[0],
+		stdout:     host[1],
+		stderr:     host[2],
+		relW:       host[3],
+		leaderDone: make(chan struct{}),
+	}
+	go inv.awaitLeader()
+	return inv, nil
+}
+
+// awaitLeader waits for the leader to exit without reaping it (WNOWAIT): the
+// unreaped leader pins the group's number until finish reaps it.
+func (inv *invocation) awaitLeader() {
+	defer close(inv.leaderDone)
+	var info unix.Siginfo
+	for unix.Waitid(unix.P_PIDFD, inv.g.pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	}
+}
+
+// release writes the release byte; the barrier then becomes the entrypoint.
+func (inv *invocation) release() error {
+	_, err := inv.relW.Write([]byte{releaseByte})
+	if cerr := inv.relW.Close(); err == nil {
+		err = cerr
+	}
+	inv.relW = nil
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "release the launch barrier")
+	}
+	return nil
+}
+
+func (inv *invocation) closePipes() {
+	for _, f := range []*os.File{inv.stdin, inv.stdout, inv.stderr, inv.relW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// stream reads one output pipe, keeping at most limit+1 bytes when keep is
+// set and counting all of them.
+type stream struct {
+	limit int
+	keep  bool
+	buf   []byte
+	n     int64
+	over  chan struct{} // closed when n first exceeds limit
+	done  chan struct{} // closed at end of file or read error
+}
+
+func newStream(limit int, keep bool) *stream {
+	return &stream{limit: limit, keep: keep, over: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (st *stream) run(f *os.File, first func()) {
+	defer close(st.done)
+	chunk := make([]byte, 32<<10)
+	for {
+		k, err := f.Read(chunk)
+		if k > 0 {
+			if first != nil {
+				first()
+				first = nil
+			}
+			if st.keep && len(st.buf) <= st.limit {
+				st.buf = append(st.buf, chunk[:min(k, st.limit+1-len(st.buf))]...)
+			}
+			wasOver := st.n > int64(st.limit)
+			st.n += int64(k)
+			if !wasOver && st.n > int64(st.limit) {
+				close(st.over)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stopCause is what ended the invocation before the leader exited.
+type stopCause int
+
+const (
+	leaderExited stopCause = iota
+	stdoutOver
+	stderrOver
+	timedOut
+	cancelled
+)
+
+// supervise feeds stdin, drains stdout and stderr, and waits for the first
+// of: leader exit, a stream bound crossed, the timeout, ctx cancelled.
+func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
+	inv.out = newStream(s.StdoutLimit, true)
+	inv.errs = newStream(s.StderrLimit, false)
+	inv.stdinDone = make(chan struct{})
+	go func() {
+		defer close(inv.stdinDone)
+		_, _ = inv.stdin.Write(s.Stdin) // a package may close stdin early
+		inv.stdin.Close()
+	}()
+	go inv.out.run(inv.stdout, func() { step("reading") })
+	go inv.errs.run(inv.stderr, nil)
+	timer := time.NewTimer(s.Timeout)
+	defer timer.Stop()
+	select {
+	case <-inv.leaderDone:
+		return leaderExited
+	case <-inv.out.over:
+		return stdoutOver
+	case <-inv.errs.over:
+		return stderrOver
+	case <-timer.C:
+		return timedOut
+	case <-ctx.Done():
+		return cancelled
+	}
+}
+
+// finish stops and proves the group gone, collects the streams and turns the
+// outcome into a result or a coded error. Its verdict, first match wins:
+// group not provably gone (process-cleanup-failed); the cause that stopped the
+// invocation early; a stream over its bound; a non-zero exit or a signal
+// (process-failed); anything of the group alive after the leader exited, or a
+// stream held open by a process outside the group (process-leak).
+func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Result, error) {
+	ws, stopErr := inv.stop(cause != leaderExited)
+	if stopErr != nil {
+		return nil, stopErr
+	}
+	held := inv.drain()
+	switch cause {
+	case timedOut:
+		return nil, errcode.New(errcode.Timeout, "%s: no answer within %d ms", s.what(), s.Timeout.Milliseconds())
+	case cancelled:
+		return nil, s.interrupted(ctx)
+	}
+	switch {
+	case inv.out.n > int64(s.StdoutLimit):
+		return nil, errcode.New(errcode.ResponseOversized, "%s: stdout exceeded %d bytes", s.what(), s.StdoutLimit)
+	case inv.errs.n > int64(s.StderrLimit):
+		return nil, errcode.New(errcode.StderrOversized, "%s: stderr exceeded %d bytes", s.what(), s.StderrLimit)
+	case ws.Signaled():
+		return nil, errcode.New(errcode.ProcessFailed, "%s: entrypoint killed by signal %d (%s)", s.what(), int(ws.Signal()), ws.Signal())
+	case ws.ExitStatus() != 0:
+		return nil, errcode.New(errcode.ProcessFailed, "%s: entrypoint exit status %d", s.what(), ws.ExitStatus())
+	case ws.leak:
+		return nil, errcode.New(errcode.ProcessLeak, "%s: processes of the invocation group outlived the entrypoint; they were stopped", s.what())
+	case held:
+		return nil, errcode.New(errcode.ProcessLeak, "%s: stdout or stderr stayed open after the invocation group was gone: a process that left the group holds it (not signalled)", s.what())
+	}
+	return &Result{Stdout: inv.out.buf}, nil
+}
+
+// exitState is the leader's wait status plus whether anything of the group
+// was found alive after the leader exited.
+type exitState struct {
+	unix.WaitStatus
+	leak bool
+}
+
+// stop brings the group to its end and proves it gone [GRP-2], [GRP-4].
+// With terminate, the group gets TERM at once; otherwise (the leader exited
+// on its own) it gets TERM only if a member is found alive, which is then a
+// leak. KILL follows termGrace later. The leader is reaped only once nothing
+// in the group is alive; the final proof is the pidfd group probe.
+func (inv *invocation) stop(terminate bool) (exitState, error) {
+	g := &inv.g
+	var es exitState
+	fail := func(err error) (exitState, error) {
+		// Keep the leader unreaped and its pidfd open until it exits.
+		go func() { <-inv.leaderDone; unix.Close(g.pidfd) }()
+		return es, errcode.Wrap(errcode.ProcessCleanupFailed, err, "process group %d could not be proved gone; its owner record is kept", g.pgid)
+	}
+	if terminate {
+		g.signal(unix.SIGTERM)
+		step("terminating")
+	}
+	deadline := time.Now().Add(termGrace)
+	killed := false
+	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
+		live, reaped, err := g.sweep()
+		if err != nil {
+			return fail(err)
+		}
+		if live > 0 && !terminate {
+			es.leak, terminate = true, true
+			g.signal(unix.SIGTERM)
+			step("terminating")
+			deadline = time.Now().Add(termGrace)
+		}
+		if live == 0 && reaped == 0 {
+			break
+		}
+		if live > 0 && time.Now().After(deadline) {
+			if killed {
+				return fail(errors.New("members still alive after KILL"))
+			}
+			g.signal(unix.SIGKILL)
+			killed, deadline = true, time.Now().Add(killWait)
+		}
+		time.Sleep(delay)
+	}
+	// Nothing in the group is alive, the leader included.
+	select {
+	case <-inv.leaderDone:
+	case <-time.After(killWait):
+		return fail(errors.New("leader exit not reported"))
+	}
+	if _, err := unix.Wait4(g.pgid, &es.WaitStatus, unix.WALL, nil); err != nil {
+		return fail(err)
+	}
+	// The leader is reaped; from here only the pidfd names the group. A
+	// member the sweep could not see (a fork racing the scan) or could not
+	// reap (a zombie of a foreign parent) is handled here.
+	ok, err := waitFor(killWait, func() (bool, error) {
+		if ok, err := g.gone(); ok || err != nil {
+			return ok, err
+		}
+		es.leak = true
+		g.signal(unix.SIGKILL)
+		return false, nil
+	})
+	if err != nil || !ok {
+		return fail(errors.Join(err, errors.New("members still alive after the leader was reaped")))
+	}
+	unix.Close(g.pidfd)
+	return es, nil
+}
+
+// drain waits for stdout and stderr to reach end of file, and stdin's writer
+// to finish, once the group is gone. If they do not within pipeGrace, a
+// process outside the group holds them: drain cuts them off and reports it.
+func (inv *invocation) drain() (held bool) {
+	timer := time.NewTimer(pipeGrace)
+	defer timer.Stop()
+	for _, done := range []chan struct{}{inv.out.done, inv.errs.done} {
+		select {
+		case <-done:
+			continue
+		case <-timer.C:
+		}
+		held = true
+		now := time.Now()
+		inv.stdout.SetReadDeadline(now)
+		inv.stderr.SetReadDeadline(now)
+		break
+	}
+	<-inv.out.done
+	<-inv.errs.done
+	inv.stdin.SetWriteDeadline(time.Now())
+	<-inv.stdinDone
+	return held
+}

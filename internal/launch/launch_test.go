@@ -1,0 +1,794 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// fixture is one test's state directory, records directory and report
+// directory (which is also the entrypoint's working directory).
+type fixture struct {
+	records, reports string
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	state := t.TempDir()
+	reports := filepath.Join(state, "reports")
+	if err := os.Mkdir(reports, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return fixture{records: filepath.Join(state, "extension-invocations"), reports: reports}
+}
+
+func (f fixture) spec(mode string) Spec {
+	return Spec{
+		Path: exe(), Verb: "invoke", Dir: f.reports,
+		Env:         entryEnv(mode, f.reports, f.records),
+		StdoutLimit: 65536, StderrLimit: 8192,
+		Timeout: 30 * time.Second,
+		Records: f.records, Owner: testOwner,
+	}
+}
+
+// reported waits for a helper's identity report.
+func (f fixture) reported(t *testing.T, role string) Identity {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(f.reports, role))
+		if err == nil {
+			var id Identity
+			if _, err := fmt.Sscanf(string(b), "%d %d", &id.PID, &id.StartTime); err != nil {
+				t.Fatalf("report %s: %v", role, err)
+			}
+			id.BootID, _ = bootID()
+			return id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no report from %s", role)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (f fixture) hasReport(role string) bool {
+	_, err := os.Stat(filepath.Join(f.reports, role))
+	return err == nil
+}
+
+// assertGone fails unless the exact process is no longer running (absent, or
+// a zombie nobody reaps).
+func assertGone(t *testing.T, what string, id Identity) {
+	t.Helper()
+	if live, err := alive(id); err != nil || live {
+		t.Errorf("%s (pid %d) is still alive (%v)", what, id.PID, err)
+	}
+}
+
+// assertReaped fails unless the process no longer exists at all: the host
+// reaped it.
+func assertReaped(t *testing.T, what string, id Identity) {
+	t.Helper()
+	if st, err := readStat(id.PID); err == nil && st.start == id.StartTime {
+		t.Errorf("%s (pid %d) was not reaped (state %c)", what, id.PID, st.state)
+	}
+}
+
+// assertGroupGone fails if any live process has process group pgid.
+func assertGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	ms, err := members(pgid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if !m.dead() {
+			t.Errorf("process %d of group %d is alive (state %c)", m.pid, pgid, m.state)
+		}
+	}
+}
+
+// reapOrphans waits for each exact process to end and, if it re-parented to
+// this test process, reaps it, so that no zombie outlives the test.
+func reapOrphans(t *testing.T, ids ...Identity) {
+	t.Helper()
+	for _, id := range ids {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st, err := readStat(id.PID)
+			if err != nil || st.start != id.StartTime {
+				break
+			}
+			if st.dead() {
+				if st.ppid == os.Getpid() {
+					unix.Wait4(id.PID, nil, unix.WNOHANG|unix.WALL, nil)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("process %d still alive", id.PID)
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+// reapGroup reaps the members of a proved-gone group that re-parented to this
+// test process: first the members, then the leader, whose unreaped zombie
+// pins the group's number meanwhile.
+func reapGroup(t *testing.T, leader Identity) {
+	t.Helper()
+	ms, err := members(leader.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.pid != leader.PID {
+			reapOrphans(t, Identity{PID: m.pid, StartTime: m.start})
+		}
+	}
+	reapOrphans(t, leader)
+}
+
+// hostChildren reads the identities a crashed helper host reported.
+func (f fixture) hostChildren(t *testing.T) []Identity {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.reports, "host-children"))
+	if err != nil {
+		return nil
+	}
+	var ids []Identity
+	for _, line := range strings.Fields(strings.ReplaceAll(string(b), " ", ":")) {
+		var id Identity
+		if _, err := fmt.Sscanf(line, "%d:%d", &id.PID, &id.StartTime); err != nil {
+			t.Fatalf("host-children: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func assertNoRecords(t *testing.T, records string) {
+	t.Helper()
+	entries, err := os.ReadDir(records)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in records directory: %s", e.Name())
+	}
+}
+
+func assertCode(t *testing.T, err error, want errcode.Code) {
+	t.Helper()
+	if got := errcode.Of(err); err == nil || got != want {
+		t.Fatalf("error = %v (code %s), want code %s", err, got, want)
+	}
+}
+
+// startUnrelated starts a same-user process outside any invocation group and
+// returns its identity; it is killed at the end of the test.
+func startUnrelated(t *testing.T, f fixture, role string) Identity {
+	t.Helper()
+	cmd := exec.Command(exe())
+	cmd.Env = []string{envMode + "=child", envReport + "=" + f.reports, envRole + "=" + role, noRaceExitSleep}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return f.reported(t, role)
+}
+
+// [INV-2] [INV-3] [GRP-1] [GRP-2]: argv is [entrypoint, verb], the working
+// directory and the environment are exactly the spec's, stdout comes back, the
+// record is removed and the group is gone (its leader reaped).
+func TestGoodEntrypoint(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := f.spec("good")
+	s.Stdin = []byte("hello")
+	res, err := Run(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("ok:hello|%s invoke|%s|%s", exe(), f.reports, strings.Join(s.Env, ","))
+	if string(res.Stdout) != want {
+		t.Errorf("stdout = %q\nwant     %q", res.Stdout, want)
+	}
+	leader := f.reported(t, "leader")
+	assertReaped(t, "leader", leader)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+	if fi, err := os.Lstat(f.records); err != nil || fi.Mode() != os.ModeDir|0o700 {
+		t.Errorf("records directory: %v %v", fi.Mode(), err)
+	}
+}
+
+// [GRP-1]: the entrypoint itself finds its durable owner record, in phase
+// group, naming its own exact identity as leader and group, and its parent as
+// host; canonical JSON, 0600, in a 0700 directory.
+func TestRecordPublishedBeforePackageCode(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	res, err := Run(context.Background(), f.spec("record"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != "record-ok" {
+		t.Fatalf("entrypoint's check: %s", res.Stdout)
+	}
+	assertNoRecords(t, f.records)
+}
+
+// [INV-5] [GRP-2]: an entrypoint and a descendant that both ignore TERM time
+// out, and the whole group is gone within 3 s of the timeout.
+func TestTimeoutKillsWholeGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := f.spec("hang")
+	s.Timeout = 300 * time.Millisecond
+	begin := time.Now()
+	_, err := Run(context.Background(), s)
+	assertCode(t, err, errcode.Timeout)
+	if d := time.Since(begin); d > s.Timeout+3*time.Second {
+		t.Errorf("Run took %v", d)
+	}
+	leader, child := f.reported(t, "leader"), f.reported(t, "child")
+	assertReaped(t, "leader", leader)
+	assertReaped(t, "TERM-ignoring child", child)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [GRP-2]: a successful answer whose group still has a live (TERM-ignoring)
+// child is process-leak, and the child is killed and reaped.
+func TestLingeringChildIsLeak(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, err := Run(context.Background(), f.spec("leak"))
+	assertCode(t, err, errcode.ProcessLeak)
+	leader, child := f.reported(t, "leader"), f.reported(t, "child")
+	assertReaped(t, "lingering child", child)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [INV-4] [GRP-2]: crossing a stream bound stops the invocation at once, long
+// before its timeout; stderr is never returned.
+func TestStreamBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode string
+		want errcode.Code
+	}{
+		{"flood-out", errcode.ResponseOversized}, // 70,000 bytes > 65,536
+		{"flood-err", errcode.StderrOversized},   // 9,000 bytes > 8,192
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			s := f.spec(tc.mode)
+			s.Timeout = time.Minute
+			begin := time.Now()
+			_, err := Run(context.Background(), s)
+			assertCode(t, err, tc.want)
+			if d := time.Since(begin); d > 5*time.Second {
+				t.Errorf("stopped after %v, not at once", d)
+			}
+			if strings.Contains(err.Error(), "xxx") || strings.Contains(err.Error(), "eee") {
+				t.Errorf("error shows package output: %v", err)
+			}
+			leader := f.reported(t, "leader")
+			assertReaped(t, "leader", leader)
+			assertGroupGone(t, leader.PID)
+			assertNoRecords(t, f.records)
+		})
+	}
+}
+
+// [GRP-2]: a non-zero exit or death by signal is process-failed, described by
+// status or signal only.
+func TestFailedEntrypoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ mode, msg string }{
+		{"exit7", "exit status 7"},
+		{"selfkill", "signal 9"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			_, err := Run(context.Background(), f.spec(tc.mode))
+			assertCode(t, err, errcode.ProcessFailed)
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("message %q lacks %q", err, tc.msg)
+			}
+			assertNoRecords(t, f.records)
+		})
+	}
+}
+
+// [GRP-2] [GRP-4]: a child that already exited but was never waited for is
+// no leak; the host (subreaper) reaps it.
+func TestExitedOrphanIsReaped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if _, err := Run(context.Background(), f.spec("zombie-orphan")); err != nil {
+		t.Fatal(err)
+	}
+	leader := f.reported(t, "leader")
+	assertReaped(t, "leader", leader)
+	assertGroupGone(t, leader.PID)
+	if ms, _ := members(leader.PID); len(ms) != 0 {
+		t.Errorf("group %d still has %d zombie(s)", leader.PID, len(ms))
+	}
+}
+
+// [GRP-2]: many concurrent Runs in one host each reap exactly their own group.
+func TestConcurrentRuns(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	f := newFixture(t)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	dirs := make([]string, n)
+	for i := range n {
+		dirs[i] = filepath.Join(f.reports, fmt.Sprint(i))
+		if err := os.Mkdir(dirs[i], 0o700); err != nil {
+			t.Fatal(err)
+		}
+		s := f.spec([]string{"tidy", "zombie-orphan"}[i%2])
+		s.Dir, s.Env = dirs[i], entryEnv([]string{"tidy", "zombie-orphan"}[i%2], dirs[i], f.records)
+		wg.Go(func() {
+			res, err := Run(context.Background(), s)
+			if err == nil && string(res.Stdout) != "ok" {
+				err = fmt.Errorf("stdout %q", res.Stdout)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("run %d: %v", i, errs[i])
+			continue
+		}
+		leader := fixture{reports: dirs[i]}.reported(t, "leader")
+		assertReaped(t, "leader", leader)
+		if ms, _ := members(leader.PID); len(ms) != 0 {
+			t.Errorf("run %d: group %d still has %d process(es)", i, leader.PID, len(ms))
+		}
+	}
+	assertNoRecords(t, f.records)
+}
+
+// startHost runs the test binary as a tiny fm host (helper mode "host").
+func startHost(t *testing.T, f fixture, entry, crash string, timeoutMS int) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(exe())
+	cmd.Env = []string{
+		envMode + "=host", envEntry + "=" + entry, envReport + "=" + f.reports,
+		envRecords + "=" + f.records, envCrash + "=" + crash, envTimeout + "=" + fmt.Sprint(timeoutMS),
+		noRaceExitSleep,
+	}
+	out := new(strings.Builder)
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, out
+}
+
+// onlyRecord waits until records holds exactly one record in phase group.
+func onlyRecord(t *testing.T, records string) Record {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, err := List(records)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 && recs[0].Phase == PhaseGroup {
+			return recs[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records: %+v", recs)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// [GRP-2]: on SIGTERM the host stops the exact group and exits non-zero only
+// once the group is gone; no record remains.
+func TestHostSIGTERM(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	host, out := startHost(t, f, "slow", "", 60000)
+	rec := onlyRecord(t, f.records)
+	leader, child := f.reported(t, "leader"), f.reported(t, "child")
+	if *rec.GroupPID != leader.PID || *rec.Leader != leader {
+		t.Fatalf("record leader %+v, entrypoint %+v", *rec.Leader, leader)
+	}
+	if err := host.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := host.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 || out.String() != string(errcode.ProcessFailed) {
+		t.Fatalf("host: %v, output %q", err, out)
+	}
+	// The host reaped the group before it exited.
+	assertReaped(t, "leader", leader)
+	assertReaped(t, "child", child)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [GRP-3] [LIFE-2]: a SIGKILLed host leaves the group running and its record
+// in place; Pins reports it; Cleanup proves the exact recorded identity,
+// stops that group, clears the record; Pins then reports nothing.
+func TestHostSIGKILLThenCleanup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	host, _ := startHost(t, f, "slow", "", 60000)
+	rec := onlyRecord(t, f.records)
+	leader, child := f.reported(t, "leader"), f.reported(t, "child")
+	host.Process.Kill()
+	host.Wait()
+
+	recs, err := List(f.records)
+	if err != nil || len(recs) != 1 || recs[0].HostLive || *recs[0].Leader != *rec.Leader {
+		t.Fatalf("after host death: %+v %v", recs, err)
+	}
+	for what, id := range map[string]Identity{"leader": leader, "child": child} {
+		if live, _ := alive(id); !live {
+			t.Fatalf("%s died with the host", what)
+		}
+	}
+	pins, err := Pins(f.records, testOwner.BindingDigest)
+	if err != nil || len(pins) != 1 {
+		t.Fatalf("Pins before cleanup: %v %v", pins, err)
+	}
+	if other, err := Pins(f.records, "sha256:"+strings.Repeat("0", 64)); err != nil || len(other) != 0 {
+		t.Fatalf("Pins of another binding: %v %v", other, err)
+	}
+	n, err := Cleanup(f.records, func(r Record) bool { return r.BindingDigest == testOwner.BindingDigest })
+	if err != nil || n != 1 {
+		t.Fatalf("Cleanup = %d, %v", n, err)
+	}
+	assertGone(t, "leader", leader)
+	assertGone(t, "child", child)
+	assertGroupGone(t, leader.PID)
+	reapGroup(t, leader)
+	if pins, err := Pins(f.records, testOwner.BindingDigest); err != nil || len(pins) != 0 {
+		t.Fatalf("Pins after cleanup: %v %v", pins, err)
+	}
+	assertNoRecords(t, f.records)
+}
+
+// fabricate writes a record as a host would.
+func fabricate(t *testing.T, records string, rec Record) string {
+	t.Helper()
+	d, err := openRecordDir(records, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	name, err := newRecordName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Schema, rec.CreatedAt = RecordSchema, time.Now().Unix()
+	rec.ExtensionID, rec.BindingDigest, rec.RequestID, rec.Operation = testOwner.ExtensionID, testOwner.BindingDigest, testOwner.RequestID, testOwner.Operation
+	if rec.Phase == "" {
+		rec.Phase = PhaseGroup
+	}
+	if rec.Leader != nil {
+		pid := rec.Leader.PID
+		rec.GroupPID = &pid
+	}
+	if err := d.write(name, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(records, name)
+}
+
+// deadIdentity is the identity of a process that has exited and been reaped.
+func deadIdentity(t *testing.T) Identity {
+	t.Helper()
+	cmd := exec.Command(exe())
+	cmd.Env = []string{envMode + "=quick", noRaceExitSleep}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := readStat(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	boot, _ := bootID()
+	return Identity{PID: cmd.Process.Pid, StartTime: st.start, BootID: boot}
+}
+
+// [GRP-3] [GRP-4]: a record whose leader pid now belongs to a different,
+// unrelated process (another start time) is uncertain: Cleanup refuses and
+// never signals that process.
+func TestCleanupRefusesReusedLeader(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	victim := startUnrelated(t, f, "unrelated")
+	wrong := victim
+	wrong.StartTime--
+	path := fabricate(t, f.records, Record{Host: deadIdentity(t), Leader: &wrong})
+	n, err := Cleanup(f.records, func(Record) bool { return true })
+	assertCode(t, err, errcode.ProcessCleanupFailed)
+	if n != 0 {
+		t.Errorf("cleaned %d", n)
+	}
+	time.Sleep(50 * time.Millisecond) // a stray signal would have landed by now
+	if live, _ := alive(victim); !live {
+		t.Fatal("the unrelated process was harmed")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("uncertain record removed: %v", err)
+	}
+}
+
+// [GRP-3] [GRP-4]: the rest of the recovery decision table, on fabricated
+// records.
+func TestCleanupDecisionTable(t *testing.T) {
+	t.Parallel()
+	dead := deadIdentity(t)
+	self, _ := selfIdentity()
+	otherBoot := dead
+	otherBoot.BootID = strings.Map(func(r rune) rune {
+		if r == '-' {
+			return r
+		}
+		return map[bool]rune{true: '1', false: '0'}[r == '0']
+	}, dead.BootID)
+	all := func(Record) bool { return true }
+
+	t.Run("reserved-dead-host-cleared", func(t *testing.T) {
+		f := newFixture(t)
+		fabricate(t, f.records, Record{Phase: PhaseReserved, Host: dead})
+		if n, err := Cleanup(f.records, all); n != 1 || err != nil {
+			t.Fatalf("Cleanup = %d, %v", n, err)
+		}
+		assertNoRecords(t, f.records)
+	})
+	t.Run("other-boot-cleared", func(t *testing.T) {
+		f := newFixture(t)
+		fabricate(t, f.records, Record{Host: otherBoot, Leader: &otherBoot})
+		if n, err := Cleanup(f.records, all); n != 1 || err != nil {
+			t.Fatalf("Cleanup = %d, %v", n, err)
+		}
+	})
+	t.Run("leader-and-group-gone-cleared", func(t *testing.T) {
+		f := newFixture(t)
+		fabricate(t, f.records, Record{Host: dead, Leader: &dead})
+		if n, err := Cleanup(f.records, all); n != 1 || err != nil {
+			t.Fatalf("Cleanup = %d, %v", n, err)
+		}
+	})
+	t.Run("leader-gone-live-member-kept", func(t *testing.T) {
+		// A group whose leader exited and was reaped while a member lives:
+		// the member cannot be proved to be the recorded group's.
+		f := newFixture(t)
+		cmd := exec.Command(exe())
+		cmd.Env = entryEnv("spawn-and-exit", f.reports, f.records)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		leader := f.reported(t, "leader")
+		member := f.reported(t, "child")
+		t.Cleanup(func() {
+			syscall.Kill(member.PID, syscall.SIGKILL)
+			reapOrphans(t, member)
+		})
+		cmd.Wait()
+		fabricate(t, f.records, Record{Host: dead, Leader: &leader})
+		_, err := Cleanup(f.records, all)
+		assertCode(t, err, errcode.ProcessCleanupFailed)
+		time.Sleep(50 * time.Millisecond)
+		if live, _ := alive(member); !live {
+			t.Fatal("a member of an unprovable group was signalled")
+		}
+	})
+	t.Run("live-host-untouched", func(t *testing.T) {
+		f := newFixture(t)
+		path := fabricate(t, f.records, Record{Host: self, Leader: &dead})
+		recs, err := List(f.records)
+		if err != nil || len(recs) != 1 || !recs[0].HostLive || recs[0].Path != path {
+			t.Fatalf("List: %+v %v", recs, err)
+		}
+		// Selected: counted as unresolved. Not selected: ignored.
+		_, err = Cleanup(f.records, all)
+		assertCode(t, err, errcode.ProcessCleanupFailed)
+		if n, err := Cleanup(f.records, func(r Record) bool { return !r.HostLive }); n != 0 || err != nil {
+			t.Fatalf("Cleanup(dead hosts only) = %d, %v", n, err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Fatal("live invocation's record touched")
+		}
+	})
+	t.Run("malformed-record-refused", func(t *testing.T) {
+		f := newFixture(t)
+		path := fabricate(t, f.records, Record{Phase: PhaseReserved, Host: dead})
+		if err := os.WriteFile(path, []byte(`{"schema":"x","schema":"y"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := List(f.records)
+		assertCode(t, err, errcode.JSONInvalid)
+		_, err = Cleanup(f.records, all)
+		assertCode(t, err, errcode.JSONInvalid)
+		_, err = Pins(f.records, testOwner.BindingDigest)
+		assertCode(t, err, errcode.JSONInvalid)
+		if err := os.WriteFile(path, []byte(`{"schema":"x"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = List(f.records)
+		assertCode(t, err, errcode.SchemaInvalid)
+	})
+	t.Run("dead-writer-temp-removed", func(t *testing.T) {
+		f := newFixture(t)
+		path := fabricate(t, f.records, Record{Phase: PhaseReserved, Host: dead})
+		tmp := filepath.Join(f.records, tempName(filepath.Base(path), dead))
+		if err := os.WriteFile(tmp, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		liveTmp := filepath.Join(f.records, tempName(filepath.Base(path), self))
+		if err := os.WriteFile(liveTmp, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := Cleanup(f.records, all); n != 1 || err != nil {
+			t.Fatalf("Cleanup = %d, %v", n, err)
+		}
+		if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+			t.Error("dead writer's temporary file kept")
+		}
+		if _, err := os.Stat(liveTmp); err != nil {
+			t.Error("live writer's temporary file removed")
+		}
+	})
+}
+
+// [GRP-3] [HOME-4]: reading never creates; an absent directory has no
+// records; a non-private or linked directory is refused before any launch.
+func TestRecordsDirectory(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if recs, err := List(f.records); recs != nil || err != nil {
+		t.Fatalf("List = %v, %v", recs, err)
+	}
+	if n, err := Cleanup(f.records, func(Record) bool { return true }); n != 0 || err != nil {
+		t.Fatalf("Cleanup = %d, %v", n, err)
+	}
+	if _, err := os.Lstat(f.records); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a read created the records directory")
+	}
+	if err := os.Mkdir(f.records, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), f.spec("good"))
+	assertCode(t, err, errcode.ModeUnsafe)
+	os.Remove(f.records)
+	if err := os.Symlink(f.reports, f.records); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), f.spec("good"))
+	assertCode(t, err, errcode.LinkUnsafe)
+	if f.hasReport("leader") {
+		t.Fatal("package code ran")
+	}
+}
+
+// [GRP-5]: an entrypoint whose child escapes with setsid (keeping stdout) is
+// outside the contract: the escaped process is neither signalled nor claimed
+// killed, and no unrelated process is harmed.
+func TestSetsidEscape(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	unrelated := startUnrelated(t, f, "unrelated")
+	_, err := Run(context.Background(), f.spec("setsid"))
+	escaped := f.reported(t, "escaped")
+	t.Cleanup(func() {
+		syscall.Kill(escaped.PID, syscall.SIGKILL)
+		reapOrphans(t, escaped)
+	})
+	assertCode(t, err, errcode.ProcessLeak)
+	if strings.Contains(err.Error(), "killed") {
+		t.Errorf("claims a kill: %v", err)
+	}
+	if live, _ := alive(unrelated); !live {
+		t.Error("unrelated process harmed")
+	}
+	if live, _ := alive(escaped); !live {
+		t.Error("escaped process was signalled")
+	}
+	assertGroupGone(t, f.reported(t, "leader").PID)
+	assertNoRecords(t, f.records)
+}
+
+// [GRP-1] [GRP-3] crash injection: the host is SIGKILLed at every step of a
+// launch and of its cleanup. Afterwards Cleanup resolves every record, no
+// group member lives on, package code never ran before the release, and no
+// file is left behind.
+func TestCrashInjection(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		step, entry string
+		timeoutMS   int
+		released    bool
+	}{
+		{"reserve", "slow", 60000, false},
+		{"reserved", "slow", 60000, false},
+		{"started", "slow", 60000, false},
+		{"grouped", "slow", 60000, false},
+		{"released", "slow", 60000, true},
+		{"reading", "slow", 60000, true},
+		{"terminating", "hang", 200, true},
+		{"proved", "hang", 200, true},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			host, _ := startHost(t, f, tc.entry, tc.step, tc.timeoutMS)
+			err := host.Wait()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("host did not die at step %s: %v", tc.step, err)
+			}
+			recs, err := List(f.records)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var groups []Identity
+			for _, r := range recs {
+				if r.HostLive {
+					t.Fatalf("dead host's record marked live: %+v", r)
+				}
+				if r.Phase == PhaseGroup {
+					groups = append(groups, *r.Leader)
+				}
+			}
+			if n, err := Cleanup(f.records, func(Record) bool { return true }); err != nil || n != len(recs) {
+				t.Fatalf("Cleanup = %d, %v (records %d)", n, err, len(recs))
+			}
+			for _, leader := range groups {
+				assertGroupGone(t, leader.PID)
+				reapGroup(t, leader)
+			}
+			orphans := f.hostChildren(t)
+			for _, role := range []string{"leader", "child"} {
+				if !f.hasReport(role) {
+					continue
+				}
+				if !tc.released {
+					t.Fatalf("package code ran before the release (%s)", role)
+				}
+				id := f.reported(t, role)
+				assertGone(t, role, id)
+				orphans = append(orphans, id)
+			}
+			reapOrphans(t, orphans...)
+			assertNoRecords(t, f.records)
+		})
+	}
+}

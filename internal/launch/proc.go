@@ -1,0 +1,194 @@
+package launch
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Identity names one process exactly: its pid, its kernel start time (field
+// 22 of /proc/<pid>/stat, clock ticks since boot) and the boot it ran in. A
+// pid alone is reused; pid plus start time plus boot id is not [GRP-4].
+type Identity struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	BootID    string `json:"boot_id"`
+}
+
+// procStat is what the host reads from /proc/<pid>/stat.
+type procStat struct {
+	state   byte
+	ppid    int
+	pgid    int
+	threads int
+	start   uint64
+}
+
+// dead reports whether the process has exited. A zombie counts as dead only
+// when no thread of it is left: a thread-group leader whose main thread called
+// pthread_exit shows state Z while its other threads still run.
+func (s procStat) dead() bool {
+	return (s.state == 'Z' || s.state == 'X') && s.threads <= 1
+}
+
+// errNoProcess means /proc has no entry for the pid: the process is gone
+// (reaped) or never existed.
+var errNoProcess = errors.New("no such process")
+
+// readStat reads /proc/<pid>/stat. A process that vanishes while it is read
+// is errNoProcess.
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return procStat{}, errNoProcess
+		}
+		return procStat{}, err
+	}
+	return parseStat(b)
+}
+
+// parseStat parses a stat line. The command name (field 2) is parenthesised
+// and may itself contain spaces and ')', so fields are counted from the last
+// ')'.
+func parseStat(b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, errors.New("malformed /proc stat line")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); field n is f[n-3].
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, errors.New("malformed /proc stat line")
+	}
+	var s procStat
+	var err [4]error
+	s.state = f[0][0]
+	s.ppid, err[0] = strconv.Atoi(f[1])
+	s.pgid, err[1] = strconv.Atoi(f[2])
+	s.threads, err[2] = strconv.Atoi(f[17])
+	s.start, err[3] = strconv.ParseUint(f[19], 10, 64)
+	if e := errors.Join(err[:]...); e != nil {
+		return procStat{}, errors.New("malformed /proc stat line")
+	}
+	return s, nil
+}
+
+// bootID is this boot's /proc/sys/kernel/random/boot_id.
+var bootID = sync.OnceValues(func() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "read boot id")
+	}
+	id := strings.TrimSpace(string(b))
+	if !validBootID(id) {
+		return "", errcode.New(errcode.Internal, "malformed boot id in /proc/sys/kernel/random/boot_id")
+	}
+	return id, nil
+})
+
+// validBootID accepts the kernel's boot id form: 36 characters, lower-case
+// hex in groups 8-4-4-4-12.
+func validBootID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// selfIdentity is the identity of this process, written into every record it
+// owns as the host.
+var selfIdentity = sync.OnceValues(func() (Identity, error) {
+	boot, err := bootID()
+	if err != nil {
+		return Identity{}, err
+	}
+	pid := os.Getpid()
+	st, err := readStat(pid)
+	if err != nil {
+		return Identity{}, errcode.Wrap(errcode.Internal, err, "read own process identity")
+	}
+	return Identity{PID: pid, StartTime: st.start, BootID: boot}, nil
+})
+
+// alive reports whether the exact process named by id still runs: same boot,
+// same pid, same start time, and not a zombie.
+func alive(id Identity) (bool, error) {
+	boot, err := bootID()
+	if err != nil {
+		return false, err
+	}
+	if id.BootID != boot {
+		return false, nil
+	}
+	st, err := readStat(id.PID)
+	if errors.Is(err, errNoProcess) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "read process %d", id.PID)
+	}
+	return st.start == id.StartTime && !st.dead(), nil
+}
+
+// member is one process whose process group id is the one asked for.
+type member struct {
+	pid int
+	procStat
+}
+
+// members lists the processes whose pgid is exactly pgid, read from
+// /proc/<pid>/stat. It is used only to tell live members from zombies of a
+// group the caller already owns by identity [GRP-4]; it never decides
+// ownership. The scan is a snapshot: a member forking while it runs can be
+// missed, so callers use it only after a kernel check (a group signal, or a
+// pidfd probe) that a scan cannot race with, or to refuse conservatively.
+func members(pgid int) ([]member, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "open /proc")
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read /proc")
+	}
+	var out []member
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		st, err := readStat(pid)
+		if errors.Is(err, errNoProcess) {
+			continue
+		}
+		if err != nil {
+			return nil, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
+		}
+		if st.pgid == pgid {
+			out = append(out, member{pid, st})
+		}
+	}
+	return out, nil
+}

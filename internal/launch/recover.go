@@ -1,0 +1,221 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Cleanup resolves the owner records in records that match selects, and
+// removes (with a directory fsync) each one whose group it proves gone
+// [GRP-3]. It returns how many it removed, and process-cleanup-failed if any
+// selected record stays. An absent directory has nothing to clean; a record
+// that cannot be read fails the call (json-invalid, schema-invalid, ...)
+// before anything is signalled.
+//
+// match sees each record with HostLive set. A record whose host is alive is a
+// live invocation: Cleanup never touches it, whatever match says; if match
+// selects it, it counts as unresolved (the caller asked for it to be gone and
+// it is not). Callers that mean "only what dead hosts left" return false for
+// r.HostLive.
+//
+// Decision table for a selected record whose host (pid + start time + boot
+// id) is not alive:
+//
+//	phase reserved                         -> cleared. The release byte is written
+//	                                          only after the record is rewritten in
+//	                                          phase group, so no package code ran;
+//	                                          a barrier that may still be alive for
+//	                                          an instant holds the only read end of a
+//	                                          pipe whose writer died, and can only
+//	                                          read end of file and exit 125.
+//	phase group, other boot id             -> cleared: nothing of that boot runs.
+//	leader pid runs with the recorded      -> proved ours: the exact group (through
+//	start time (alive or zombie)              a pidfd of the leader, re-checked after
+//	                                          opening) gets TERM, then KILL after
+//	                                          500 ms; cleared once proved gone, kept
+//	                                          if not within 5 s.
+//	leader pid runs with another start     -> kept, nothing signalled (pid reused:
+//	time                                      uncertain).
+//	leader pid gone, kill(-pgid, 0) fails  -> cleared: no process has that pgid.
+//	with ESRCH
+//	leader pid gone, every process with    -> cleared [GRP-4]: nothing of any group
+//	that pgid is a zombie                     with that number is alive.
+//	leader pid gone, a live process has    -> kept, nothing signalled. Once the
+//	that pgid                                 leader is reaped its number can be
+//	                                          reused for a new group whose members
+//	                                          also started after the leader, so no
+//	                                          start time proves such a member ours.
+//
+// "Proved gone" means the kernel reports no process in the group, or every
+// process left in it is a zombie [GRP-4]. Cleanup reaps nothing: the members
+// of a dead host's group are not its children.
+//
+// Temporary files of dead writers are removed as well; they carry no
+// ownership.
+func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
+	d, err := openRecordDir(records, false)
+	if d == nil || err != nil {
+		return 0, err
+	}
+	defer d.close()
+	recs, err := d.list()
+	if err != nil {
+		return 0, err
+	}
+	var selected []Record
+	for _, r := range recs {
+		if match(r) {
+			selected = append(selected, r)
+		}
+	}
+	// Groups are stopped concurrently: each may take a TERM grace.
+	reasons := make([]string, len(selected))
+	errs := make([]error, len(selected))
+	var wg sync.WaitGroup
+	for i, r := range selected {
+		wg.Go(func() {
+			if r.HostLive {
+				reasons[i] = "its host is alive (live invocation)"
+				return
+			}
+			reasons[i], errs[i] = resolve(r)
+		})
+	}
+	wg.Wait()
+	var kept []string
+	for i, r := range selected {
+		if errs[i] != nil {
+			return cleaned, errs[i]
+		}
+		if reasons[i] != "" {
+			kept = append(kept, fmt.Sprintf("%s: %s", filepath.Base(r.Path), reasons[i]))
+			continue
+		}
+		removed, err := d.remove(filepath.Base(r.Path))
+		if err != nil {
+			return cleaned, err
+		}
+		if removed {
+			cleaned++
+		}
+	}
+	if err := d.removeDeadTemps(); err != nil {
+		return cleaned, err
+	}
+	if len(kept) > 0 {
+		return cleaned, errcode.New(errcode.ProcessCleanupFailed,
+			"%d invocation record(s) in %s stay unresolved: %s", len(kept), records, strings.Join(kept, "; "))
+	}
+	return cleaned, nil
+}
+
+// resolve applies the decision table to a record whose host is dead. It
+// returns "" when the record's group is proved gone, else why it stays.
+func resolve(r Record) (reason string, err error) {
+	if r.Phase == PhaseReserved {
+		return "", nil
+	}
+	boot, err := bootID()
+	if err != nil {
+		return "", err
+	}
+	leader := *r.Leader
+	if leader.BootID != boot {
+		return "", nil
+	}
+	st, err := readStat(leader.PID)
+	if errors.Is(err, errNoProcess) {
+		return resolveWithoutLeader(leader.PID)
+	}
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "read process %d", leader.PID)
+	}
+	if st.start != leader.StartTime {
+		return fmt.Sprintf("leader pid %d now belongs to another process (start time %d, recorded %d); nothing signalled", leader.PID, st.start, leader.StartTime), nil
+	}
+	pidfd, err := unix.PidfdOpen(leader.PID, 0)
+	if err == unix.ESRCH {
+		return resolveWithoutLeader(leader.PID)
+	}
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "pidfd for process %d", leader.PID)
+	}
+	defer unix.Close(pidfd)
+	// The pidfd names whatever had the pid when it was opened; the start
+	// time read after opening proves that this is still the leader.
+	st, err = readStat(leader.PID)
+	if errors.Is(err, errNoProcess) {
+		return resolveWithoutLeader(leader.PID)
+	}
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "read process %d", leader.PID)
+	}
+	if st.start != leader.StartTime {
+		return fmt.Sprintf("leader pid %d was reused while it was checked; nothing signalled", leader.PID), nil
+	}
+	g := group{pgid: leader.PID, pidfd: pidfd}
+	ok, err := g.stopForeign()
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return fmt.Sprintf("process group %d is still alive after TERM and KILL", g.pgid), nil
+	}
+	return "", nil
+}
+
+// resolveWithoutLeader decides a group whose leader no longer exists. Only
+// the kernel's "no such process group" or an all-zombie group clears it;
+// nothing is signalled.
+func resolveWithoutLeader(pgid int) (string, error) {
+	if unix.Kill(-pgid, 0) == unix.ESRCH {
+		return "", nil
+	}
+	ms, err := members(pgid)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range ms {
+		if !m.dead() {
+			return fmt.Sprintf("leader %d is gone but process %d still has process group %d; it cannot be proved to be the recorded group, so nothing was signalled", pgid, m.pid, pgid), nil
+		}
+	}
+	return "", nil
+}
+
+// removeDeadTemps removes the temporary files whose writer is no longer
+// alive. The boot id is not in a temporary name, so a writer pid and start
+// time that match a live process of a later boot keep the file: safe, only
+// untidy.
+func (d *recordDir) removeDeadTemps() error {
+	boot, err := bootID()
+	if err != nil {
+		return err
+	}
+	_, temps, err := d.scan()
+	if err != nil {
+		return err
+	}
+	for _, name := range temps {
+		writer, _ := parseTempName(name)
+		writer.BootID = boot
+		live, err := alive(writer)
+		if err != nil {
+			return err
+		}
+		if live {
+			continue
+		}
+		if _, err := d.remove(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

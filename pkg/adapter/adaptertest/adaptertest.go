@@ -1,0 +1,321 @@
+// Package adaptertest runs a process-event adapter Handler in-process, the
+// way the Firstmate host would run its entrypoint, and checks every answer as
+// strictly as the host does.
+//
+// A Harness builds valid envelopes (fresh random request ids, a random
+// package digest, the handler's own identity), feeds them to adapter.RunContext
+// with the verb, and decodes stdout strictly: exit status 0, exactly one
+// canonical JSON document of at most 65,536 bytes, the request id echoed, the
+// result shaped and bounded for its operation, stderr within the host's
+// 8,192-byte bound. Any protocol violation fails the test (t.Fatalf); an
+// ok=false answer is returned to the test as an *adapter.ErrorBody.
+//
+//	func TestPoll(t *testing.T) {
+//		h := adaptertest.New(t, myadapter.New())
+//		h.Handshake(h.HandshakeRequest())
+//		res, fail := h.Poll("my-adapter", adapter.PollInput{SourceID: "s1", ConfigRef: "main"})
+//		if fail != nil { t.Fatalf("poll failed: %+v", fail) }
+//		_ = res
+//	}
+//
+// Raw feeds arbitrary bytes, for testing refusals. CheckManifest compares a
+// firstmate-extension.json with the handler's identity.
+//
+// The harness does not start a process: it cannot observe process groups,
+// leaked children, the minimal environment or the host's timeouts. Run the
+// built entrypoint under a real fm for that.
+package adaptertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"firstmate.dev/fm/pkg/adapter"
+)
+
+// NewRequestID returns a fresh random request id, sha256:<64 lowercase hex>.
+func NewRequestID() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return "sha256:" + hex.EncodeToString(b[:])
+}
+
+// Harness runs one Handler in-process. Its fields may be changed between
+// calls.
+type Harness struct {
+	T       testing.TB
+	Handler adapter.Handler
+	// Env is passed to the handler. New sets ExtensionID and
+	// ExtensionVersion from the handler's identity and StateDir to a fresh
+	// t.TempDir(); the same StateDir is kept for every call, as the host
+	// keeps FIRSTMATE_EXTENSION_STATE.
+	Env adapter.Env
+	// PackageDigest is sent in every envelope; New picks a random one.
+	PackageDigest string
+	// Context is handed to the handler; New uses t.Context().
+	Context context.Context
+}
+
+// New returns a Harness for h.
+func New(t testing.TB, h adapter.Handler) *Harness {
+	t.Helper()
+	id := h.Identity()
+	if err := id.Validate(); err != nil {
+		t.Fatalf("adaptertest: handler %v", err)
+	}
+	return &Harness{
+		T:       t,
+		Handler: h,
+		Env: adapter.Env{
+			ExtensionID:      id.ExtensionID,
+			ExtensionVersion: id.ExtensionVersion,
+			StateDir:         t.TempDir(),
+		},
+		PackageDigest: NewRequestID(),
+		Context:       t.Context(),
+	}
+}
+
+// Outcome is what one run of the entrypoint produced.
+type Outcome struct {
+	Exit   int
+	Stdout []byte
+	Stderr []byte
+}
+
+// Raw runs the handler with the verb and stdin exactly as given and returns
+// what it produced, without checking anything.
+func (h *Harness) Raw(verb string, stdin []byte) Outcome {
+	var stdout, stderr bytes.Buffer
+	exit := adapter.RunContext(h.Context, h.Env, []string{"firstmate-extension", verb},
+		bytes.NewReader(stdin), &stdout, &stderr, h.Handler)
+	return Outcome{Exit: exit, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+}
+
+// HandshakeRequest returns a valid handshake request for the handler's
+// identity enabling adapterNames (all declared adapters when none is given).
+func (h *Harness) HandshakeRequest(adapterNames ...string) *adapter.HandshakeRequest {
+	id := h.Handler.Identity()
+	if len(adapterNames) == 0 {
+		adapterNames = id.AdapterNames
+	}
+	return &adapter.HandshakeRequest{
+		Schema:           adapter.HandshakeRequestSchema,
+		RequestID:        NewRequestID(),
+		HostProtocols:    []int{adapter.HostProtocol},
+		ExtensionID:      id.ExtensionID,
+		ExtensionVersion: id.ExtensionVersion,
+		PackageDigest:    h.PackageDigest,
+		Capability: adapter.HandshakeCapability{
+			Name:         adapter.CapabilityName,
+			Versions:     []int{adapter.CapabilityVersion},
+			AdapterNames: append([]string(nil), adapterNames...),
+		},
+	}
+}
+
+// Handshake sends req with the verb handshake. When the handler answers
+// (exit 0), the answer must be a strict, canonical handshake response that
+// the host would accept for req, and it is returned. When the handler refuses
+// (non-zero exit), stdout must be empty, and nil is returned with the
+// outcome for the test to inspect.
+func (h *Harness) Handshake(req *adapter.HandshakeRequest) (*adapter.HandshakeResponse, Outcome) {
+	h.T.Helper()
+	data, err := adapter.Canonical(req)
+	if err != nil {
+		h.T.Fatalf("adaptertest: encode handshake request: %v", err)
+	}
+	out := h.Raw("handshake", data)
+	h.checkStreams(out)
+	if out.Exit != adapter.ExitOK {
+		if len(out.Stdout) != 0 {
+			h.T.Fatalf("adaptertest: handshake exited %d but wrote %d bytes to stdout", out.Exit, len(out.Stdout))
+		}
+		return nil, out
+	}
+	resp, err := adapter.DecodeHandshakeResponse(out.Stdout)
+	if err != nil {
+		h.T.Fatalf("adaptertest: handshake: %v\nstdout: %s", err, out.Stdout)
+	}
+	if err := adapter.CheckHandshake(req, resp); err != nil {
+		h.T.Fatalf("adaptertest: handshake: %v", err)
+	}
+	return resp, out
+}
+
+// Request returns a valid invoke request for the handler's identity with a
+// fresh random request id. input is encoded as the request's input object
+// (normally an adapter.PollInput or adapter.ResultInput).
+func (h *Harness) Request(adapterName, operation string, input any) *adapter.Request {
+	h.T.Helper()
+	raw, err := adapter.Canonical(input)
+	if err != nil {
+		h.T.Fatalf("adaptertest: encode input: %v", err)
+	}
+	id := h.Handler.Identity()
+	return &adapter.Request{
+		Schema:            adapter.RequestSchema,
+		RequestID:         NewRequestID(),
+		HostProtocol:      adapter.HostProtocol,
+		ExtensionID:       id.ExtensionID,
+		ExtensionVersion:  id.ExtensionVersion,
+		PackageDigest:     h.PackageDigest,
+		Capability:        adapter.CapabilityName,
+		CapabilityVersion: adapter.CapabilityVersion,
+		Adapter:           adapterName,
+		Operation:         operation,
+		Input:             jsontext.Value(raw),
+	}
+}
+
+// Invoke sends req with the verb invoke and returns the strictly decoded
+// response. The handler must exit 0 with exactly one canonical response
+// document that echoes req's request id; anything else fails the test.
+func (h *Harness) Invoke(req *adapter.Request) (*adapter.Response, Outcome) {
+	h.T.Helper()
+	data, err := adapter.Canonical(req)
+	if err != nil {
+		h.T.Fatalf("adaptertest: encode request: %v", err)
+	}
+	return h.InvokeRaw(req.RequestID, data)
+}
+
+// InvokeRaw sends arbitrary stdin bytes with the verb invoke and checks the
+// answer like Invoke, expecting it to echo requestID.
+func (h *Harness) InvokeRaw(requestID string, stdin []byte) (*adapter.Response, Outcome) {
+	h.T.Helper()
+	out := h.Raw("invoke", stdin)
+	h.checkStreams(out)
+	if out.Exit != adapter.ExitOK {
+		h.T.Fatalf("adaptertest: invoke exited %d\nstderr: %s", out.Exit, out.Stderr)
+	}
+	resp, err := adapter.DecodeResponse(out.Stdout)
+	if err != nil {
+		h.T.Fatalf("adaptertest: invoke: %v\nstdout: %.2000s", err, out.Stdout)
+	}
+	if resp.RequestID != requestID {
+		h.T.Fatalf("adaptertest: invoke: response request_id %s does not echo %s", resp.RequestID, requestID)
+	}
+	return resp, out
+}
+
+// checkStreams applies the bounds common to both verbs: stderr within the
+// host's bound, stdout empty or one canonical document within the envelope
+// bound.
+func (h *Harness) checkStreams(out Outcome) {
+	h.T.Helper()
+	if len(out.Stderr) > adapter.MaxStderrBytes {
+		h.T.Fatalf("adaptertest: %d bytes on stderr, more than the host's %d", len(out.Stderr), adapter.MaxStderrBytes)
+	}
+	if len(out.Stdout) > adapter.MaxEnvelopeBytes {
+		h.T.Fatalf("adaptertest: %d bytes on stdout, more than %d", len(out.Stdout), adapter.MaxEnvelopeBytes)
+	}
+	if len(out.Stdout) == 0 {
+		return
+	}
+	canon := jsontext.Value(bytes.Clone(out.Stdout))
+	if err := canon.Canonicalize(); err != nil || !bytes.Equal(canon, out.Stdout) {
+		h.T.Fatalf("adaptertest: stdout is not one canonical json document: %.2000s", out.Stdout)
+	}
+}
+
+// call invokes one operation and returns the ok result or the error body.
+func (h *Harness) call(requestID, adapterName, operation string, input any) (jsontext.Value, *adapter.ErrorBody) {
+	h.T.Helper()
+	req := h.Request(adapterName, operation, input)
+	if requestID != "" {
+		req.RequestID = requestID
+	}
+	resp, _ := h.Invoke(req)
+	if !resp.OK {
+		return nil, resp.Error
+	}
+	return resp.Result, nil
+}
+
+// Poll invokes source.poll with a fresh request id. It returns the validated
+// result, or the error body of an ok=false answer.
+func (h *Harness) Poll(adapterName string, in adapter.PollInput) (adapter.PollResult, *adapter.ErrorBody) {
+	h.T.Helper()
+	return h.PollID(NewRequestID(), adapterName, in)
+}
+
+// PollID is Poll with a chosen request id: send the same id twice to test
+// idempotence, as the host does until it has captured a result.
+func (h *Harness) PollID(requestID, adapterName string, in adapter.PollInput) (adapter.PollResult, *adapter.ErrorBody) {
+	h.T.Helper()
+	raw, fail := h.call(requestID, adapterName, adapter.OpPoll, in)
+	if fail != nil {
+		return adapter.PollResult{}, fail
+	}
+	res, err := adapter.DecodePollResult(raw)
+	if err != nil {
+		h.T.Fatalf("adaptertest: source.poll: %v", err)
+	}
+	return res, nil
+}
+
+// Classify invokes result.classify.
+func (h *Harness) Classify(adapterName string, in adapter.ResultInput) (adapter.ClassifyResult, *adapter.ErrorBody) {
+	h.T.Helper()
+	raw, fail := h.call("", adapterName, adapter.OpClassify, in)
+	if fail != nil {
+		return adapter.ClassifyResult{}, fail
+	}
+	res, err := adapter.DecodeClassifyResult(raw)
+	if err != nil {
+		h.T.Fatalf("adaptertest: result.classify: %v", err)
+	}
+	return res, nil
+}
+
+// Terminal invokes result.terminal.
+func (h *Harness) Terminal(adapterName string, in adapter.ResultInput) (bool, *adapter.ErrorBody) {
+	h.T.Helper()
+	return h.boolOp(adapterName, adapter.OpTerminal, in)
+}
+
+// Silent invokes result.silent.
+func (h *Harness) Silent(adapterName string, in adapter.ResultInput) (bool, *adapter.ErrorBody) {
+	h.T.Helper()
+	return h.boolOp(adapterName, adapter.OpSilent, in)
+}
+
+func (h *Harness) boolOp(adapterName, op string, in adapter.ResultInput) (bool, *adapter.ErrorBody) {
+	h.T.Helper()
+	raw, fail := h.call("", adapterName, op, in)
+	if fail != nil {
+		return false, fail
+	}
+	res, err := adapter.DecodeBoolResult(raw)
+	if err != nil {
+		h.T.Fatalf("adaptertest: %s: %v", op, err)
+	}
+	return res.Value, nil
+}
+
+// CheckManifest reads the manifest at path, validates it as bind would, and
+// fails the test unless it declares exactly the handler's identity (id,
+// version, adapter-name set) and offers host protocol 1 and
+// process-event-adapter/1. It returns the manifest.
+func CheckManifest(t testing.TB, path string, h adapter.Handler) *adapter.Manifest {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("adaptertest: %v", err)
+	}
+	m, err := adapter.DecodeManifest(data)
+	if err != nil {
+		t.Fatalf("adaptertest: %s: %v", path, err)
+	}
+	if err := m.CheckIdentity(h.Identity()); err != nil {
+		t.Fatalf("adaptertest: %s: %v", path, err)
+	}
+	return m
+}

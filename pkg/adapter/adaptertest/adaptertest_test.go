@@ -1,0 +1,122 @@
+package adaptertest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"firstmate.dev/fm/pkg/adapter"
+	"firstmate.dev/fm/pkg/adapter/adaptertest"
+)
+
+type tiny struct{}
+
+func (tiny) Identity() adapter.Identity {
+	return adapter.Identity{ExtensionID: "org.example.tiny", ExtensionVersion: "0.0.1", AdapterNames: []string{"tiny"}}
+}
+func (tiny) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.PollResult, error) {
+	return adapter.Output("x"), nil
+}
+func (tiny) Classify(context.Context, *adapter.Call, adapter.ResultInput) (adapter.ClassifyResult, error) {
+	return adapter.ClassifyResult{Classification: "tiny"}, nil
+}
+func (tiny) Terminal(context.Context, *adapter.Call, adapter.ResultInput) (adapter.BoolResult, error) {
+	return adapter.BoolResult{}, nil
+}
+func (tiny) Silent(context.Context, *adapter.Call, adapter.ResultInput) (adapter.BoolResult, error) {
+	return adapter.BoolResult{}, nil
+}
+
+// recorder is a testing.TB whose Fatalf records the failure and stops the
+// goroutine, so a test can assert that the harness fails.
+type recorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// fails runs fn with a recorder and returns the Fatalf message ("" if none).
+func fails(t *testing.T, fn func(tb testing.TB)) string {
+	r := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(r)
+	}()
+	<-done
+	return r.msg
+}
+
+func TestNewRequestID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id := adaptertest.NewRequestID()
+		if !adapter.ValidRequestID(id) || seen[id] {
+			t.Fatalf("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestHarnessDefaults(t *testing.T) {
+	h := adaptertest.New(t, tiny{})
+	if h.Env.ExtensionID != "org.example.tiny" || h.Env.ExtensionVersion != "0.0.1" || !adapter.ValidRequestID(h.PackageDigest) {
+		t.Fatalf("%+v", h)
+	}
+	if fi, err := os.Stat(h.Env.StateDir); err != nil || !fi.IsDir() {
+		t.Fatalf("state dir: %v", err)
+	}
+	req := h.Request("tiny", adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+	if err := req.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := req.PollInput(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapter.AnswerHandshake(tiny{}.Identity(), h.HandshakeRequest()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHarnessFailsOnViolations(t *testing.T) {
+	msg := fails(t, func(tb testing.TB) {
+		adaptertest.New(tb, tiny{}).InvokeRaw(adaptertest.NewRequestID(), []byte("{"))
+	})
+	if msg == "" {
+		t.Error("an unanswered invoke did not fail the test")
+	}
+	msg = fails(t, func(tb testing.TB) {
+		h := adaptertest.New(tb, tiny{})
+		req := h.Request("tiny", adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+		data, _ := adapter.Canonical(req)
+		h.InvokeRaw(adaptertest.NewRequestID(), data) // expects another id
+	})
+	if msg == "" {
+		t.Error("a request id mismatch did not fail the test")
+	}
+	msg = fails(t, func(tb testing.TB) {
+		adaptertest.New(tb, adapter.Handler(badIdentity{}))
+	})
+	if msg == "" {
+		t.Error("an invalid identity did not fail the test")
+	}
+	manifest := filepath.Join(t.TempDir(), "firstmate-extension.json")
+	os.WriteFile(manifest, []byte(`{"schema":"firstmate.extension-manifest.v1","id":"org.example.tiny","version":"0.0.2","host_protocols":[1],"entrypoint":"bin/x","capabilities":[{"name":"process-event-adapter","versions":[1],"adapter_names":["tiny"]}],"required_consents":[]}`), 0o600)
+	if msg := fails(t, func(tb testing.TB) { adaptertest.CheckManifest(tb, manifest, tiny{}) }); msg == "" {
+		t.Error("a manifest version mismatch did not fail the test")
+	}
+}
+
+type badIdentity struct{ tiny }
+
+func (badIdentity) Identity() adapter.Identity {
+	return adapter.Identity{ExtensionID: "BAD", ExtensionVersion: "1", AdapterNames: nil}
+}

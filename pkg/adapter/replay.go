@@ -1,0 +1,241 @@
+package adapter
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ReplaySchema is the schema string of a Replay record file.
+const ReplaySchema = "firstmate.adapter-sdk-replay.v1"
+
+// Replay makes source.poll idempotent on the request id.
+//
+// The host derives a poll's request id from the registration generation and
+// the source's next sequence number (CONTRACT [RID-1]). The sequence advances
+// only when the host durably captures something for the source: your output,
+// or failure evidence when your answer was refused (timeout, crash, invalid
+// or oversize response, leaked process). Until then every poll of the source
+// carries the same id: after a no-result answer, and after the host was
+// stopped or crashed between receiving your answer and capturing it. In the
+// second case your answer was lost on the host's side; if producing it
+// consumed an event (from a queue, a directory, a cursor), the retried id
+// must get the same answer back, or the event is gone.
+//
+// Replay keeps, per source id, the last status=result answer and the request
+// id it answered, in one small file under a directory (normally
+// FIRSTMATE_EXTENSION_STATE/replay, see Call.Replay). Because the host moves
+// to a new id only after capturing something for the previous one (or after
+// the source was re-registered, which starts a new generation), one record
+// per source is enough: a new id for a source means the stored answer is no
+// longer needed. no-result answers are never stored: a poll that found
+// nothing is repeated with the same id and must look again.
+//
+// An answer the host refused is not retried: the host captures failure
+// evidence instead and moves on, so what that answer consumed is not
+// delivered (Firstmate promises no exactly-once delivery). Answer well inside
+// the bounds to avoid this.
+//
+// A direct operator call (fm extension process-event … source.poll) uses a
+// fresh random id; if it returns a result it replaces the record of its
+// source, like any other new id.
+type Replay struct {
+	dir string
+}
+
+// ReplayRecord is one stored answer.
+type ReplayRecord struct {
+	// RequestID is the request id the answer was given to.
+	RequestID string `json:"request_id"`
+	// SourceID is the source the answer belongs to.
+	SourceID string `json:"source_id"`
+	// Result is the answer: always status "result".
+	Result PollResult `json:"result"`
+	// Key is free for the adapter: typically what the answer consumed (a
+	// file name, a queue offset), so that a replay can finish committing
+	// that consumption if the process died before doing so. At most 4,096
+	// bytes of UTF-8.
+	Key string `json:"key"`
+}
+
+type replayFile struct {
+	Schema    string     `json:"schema"`
+	RequestID string     `json:"request_id"`
+	SourceID  string     `json:"source_id"`
+	Result    PollResult `json:"result"`
+	Key       string     `json:"key"`
+}
+
+// maxReplayKeyBytes bounds ReplayRecord.Key.
+const maxReplayKeyBytes = 4096
+
+// OpenReplay returns the Replay store kept in dir, creating dir (mode 0700)
+// if needed. dir must be an absolute path to a directory, not a symlink.
+func OpenReplay(dir string) (*Replay, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("replay: directory %q is not absolute", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("replay: %s is not a directory", dir)
+	}
+	return &Replay{dir: dir}, nil
+}
+
+// Replay opens the Replay store of this package: the directory "replay"
+// inside FIRSTMATE_EXTENSION_STATE. It fails when the host gave no state
+// directory.
+func (c *Call) Replay() (*Replay, error) {
+	if c.Env.StateDir == "" {
+		return nil, errors.New("replay: FIRSTMATE_EXTENSION_STATE is not set")
+	}
+	return OpenReplay(filepath.Join(c.Env.StateDir, "replay"))
+}
+
+// Dir returns the store's directory.
+func (r *Replay) Dir() string { return r.dir }
+
+func (r *Replay) path(sourceID string) (string, error) {
+	if !ValidSourceID(sourceID) {
+		return "", fmt.Errorf("replay: source id %q is not valid", clip(sourceID, 64))
+	}
+	return filepath.Join(r.dir, sourceID+".json"), nil
+}
+
+// Load returns the stored answer for sourceID if it was given to requestID.
+// ok is false when nothing is stored for the source or the stored answer was
+// given to another request id.
+func (r *Replay) Load(sourceID, requestID string) (rec ReplayRecord, ok bool, err error) {
+	p, err := r.path(sourceID)
+	if err != nil {
+		return ReplayRecord{}, false, err
+	}
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ReplayRecord{}, false, nil
+	}
+	if err != nil {
+		return ReplayRecord{}, false, fmt.Errorf("replay: %w", err)
+	}
+	var f replayFile
+	if err := decodeStrict(data, 2*MaxEnvelopeBytes, "replay record", &f); err != nil {
+		return ReplayRecord{}, false, fmt.Errorf("replay: %s: %v", p, errMessageOf(err))
+	}
+	if f.Schema != ReplaySchema || f.SourceID != sourceID || !ValidRequestID(f.RequestID) ||
+		f.Result.Status != StatusResult || f.Result.Validate() != nil || len(f.Key) > maxReplayKeyBytes {
+		return ReplayRecord{}, false, fmt.Errorf("replay: %s: not a valid replay record", p)
+	}
+	if f.RequestID != requestID {
+		return ReplayRecord{}, false, nil
+	}
+	return ReplayRecord{RequestID: f.RequestID, SourceID: f.SourceID, Result: f.Result, Key: f.Key}, true, nil
+}
+
+// Store durably records rec as the answer for rec.SourceID, replacing the
+// source's previous record: it writes a temporary file, syncs it, renames it
+// into place and syncs the directory. Only status "result" answers are
+// stored.
+func (r *Replay) Store(rec ReplayRecord) error {
+	p, err := r.path(rec.SourceID)
+	if err != nil {
+		return err
+	}
+	if !ValidRequestID(rec.RequestID) {
+		return fmt.Errorf("replay: request id is not sha256:<64 lowercase hex>")
+	}
+	if rec.Result.Status != StatusResult {
+		return fmt.Errorf("replay: only status %q answers are stored", StatusResult)
+	}
+	if err := rec.Result.Validate(); err != nil {
+		return fmt.Errorf("replay: %v", errMessageOf(err))
+	}
+	if len(rec.Key) > maxReplayKeyBytes {
+		return fmt.Errorf("replay: key is larger than %d bytes", maxReplayKeyBytes)
+	}
+	data, err := Canonical(replayFile{Schema: ReplaySchema, RequestID: rec.RequestID, SourceID: rec.SourceID, Result: rec.Result, Key: rec.Key})
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	tmp := filepath.Join(r.dir, "."+rec.SourceID+"."+hex.EncodeToString(nonce[:])+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replay: write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replay: %w", err)
+	}
+	return syncDir(r.dir)
+}
+
+// Forget removes the record of sourceID, if any.
+func (r *Replay) Forget(sourceID string) error {
+	p, err := r.path(sourceID)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("replay: %w", err)
+	}
+	return syncDir(r.dir)
+}
+
+// Poll answers call.RequestID from the store when it was answered before;
+// otherwise it calls poll and, when poll returns a status=result answer,
+// stores it durably before returning it. Errors and no-result answers are not
+// stored. If the answer cannot be stored it is still returned (poll has
+// already consumed the event; losing the answer would lose the event) and the
+// failure is logged.
+//
+// Poll suits adapters whose poll function consumes an event as it reads it.
+// When consumption can be deferred, use Load and Store directly: store the
+// answer with a Key first, then commit the consumption, and on a replayed
+// Load commit rec.Key again (idempotently). That way a crash between the two
+// steps neither loses nor repeats the event.
+func (r *Replay) Poll(call *Call, in PollInput, poll func() (PollResult, error)) (PollResult, error) {
+	rec, ok, err := r.Load(in.SourceID, call.RequestID)
+	if err != nil {
+		call.Logf("adapter: replay lookup failed, polling afresh: %v", err)
+	} else if ok {
+		return rec.Result, nil
+	}
+	res, err := poll()
+	if err != nil || res.Status != StatusResult || res.Validate() != nil {
+		return res, err
+	}
+	if err := r.Store(ReplayRecord{RequestID: call.RequestID, SourceID: in.SourceID, Result: res}); err != nil {
+		call.Logf("adapter: %v", err)
+	}
+	return res, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("replay: sync %s: %w", dir, err)
+	}
+	return nil
+}
