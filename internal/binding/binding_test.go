@@ -107,6 +107,8 @@ func TestLoadAbsent(t *testing.T) {
 }
 
 // [BND-4] one bad record refuses every reader; no reader selects around it.
+// [BND-3] a package_root outside the home store and [BND-5] an unknown
+// host protocol or capability version are among the bad records.
 func TestRegistryRefusals(t *testing.T) {
 	cases := []struct {
 		name  string

@@ -254,7 +254,7 @@ func init() {
 				return err
 			}
 			n, err := launch.Cleanup(h.Invocations(), func(r launch.Record) bool {
-				return cleanupDigest == "" || r.BindingDigest == cleanupDigest
+				return !r.HostLive && (cleanupDigest == "" || r.BindingDigest == cleanupDigest)
 			})
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -46,6 +47,7 @@ func TestScripts(t *testing.T) {
 			"sparse":   sparse,
 			"waitgone": waitgone,
 			"capture":  capture,
+			"wrappers": wrappers,
 		},
 	})
 }
@@ -121,6 +123,23 @@ func capture(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("capture: %q does not match stdout", args[1])
 	}
 	ts.Setenv(args[0], m[1])
+}
+
+// wrappers <dir>: copy the repository's bin/fm-*.sh wrappers into dir, beside
+// an "fm" that is this test's fm program.
+func wrappers(ts *testscript.TestScript, neg bool, args []string) {
+	dir := ts.MkAbs(args[0])
+	fm, err := exec.LookPath("fm")
+	if err == nil && !filepath.IsAbs(fm) {
+		fm, err = filepath.Abs(fm)
+	}
+	ts.Check(err)
+	for _, w := range []string{"fm-extension.sh", "fm-procevent.sh", "fm-on.sh"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "bin", w))
+		ts.Check(err)
+		ts.Check(os.WriteFile(filepath.Join(dir, w), data, 0o755))
+	}
+	ts.Check(os.Symlink(fm, filepath.Join(dir, "fm")))
 }
 
 // waitgone <pidfile>: the pid in the file is dead (or a zombie) within 3 s.

@@ -16,7 +16,7 @@ func mutate(old, new string) string {
 	return strings.Replace(good, old, new, 1)
 }
 
-// [MAN-1]..[MAN-5]
+// [MAN-1] [MAN-2] [MAN-3] [MAN-4] [MAN-5] every manifest rule, one mutation each.
 func TestParse(t *testing.T) {
 	m, err := Parse([]byte(good), "m")
 	if err != nil {

@@ -1,0 +1,139 @@
+package home
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+func canon(t *testing.T, p string) string {
+	t.Helper()
+	c, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// [HOME-1] [HOME-2] code root, effective home and their precedence.
+func TestResolvePrecedence(t *testing.T) {
+	root := canon(t, t.TempDir())
+	hm := canon(t, t.TempDir())
+	t.Setenv("FM_STATE_OVERRIDE", "")
+
+	t.Setenv("FM_ROOT_OVERRIDE", root)
+	t.Setenv("FM_HOME", "")
+	h, err := Resolve()
+	if err != nil || h.Root != root || h.Dir != root || h.State != filepath.Join(root, "state") {
+		t.Fatalf("override only: %+v %v", h, err)
+	}
+	t.Setenv("FM_HOME", hm)
+	h, err = Resolve()
+	if err != nil || h.Root != root || h.Dir != hm {
+		t.Fatalf("FM_HOME wins for the home: %+v %v", h, err)
+	}
+	// Without an override the code root is the parent of the executable's dir.
+	t.Setenv("FM_ROOT_OVERRIDE", "")
+	exe, _ := os.Executable()
+	exe = canon(t, exe)
+	h, err = Resolve()
+	if err != nil || h.Root != filepath.Dir(filepath.Dir(exe)) {
+		t.Fatalf("executable root: %+v %v", h, err)
+	}
+	// A symlinked home is used canonically.
+	link := filepath.Join(canon(t, t.TempDir()), "link")
+	os.Symlink(hm, link)
+	t.Setenv("FM_HOME", link)
+	if h, err = Resolve(); err != nil || h.Dir != hm {
+		t.Fatalf("canonical home: %+v %v", h, err)
+	}
+}
+
+// [HOME-2] a missing home or a file is home-invalid.
+func TestResolveInvalidHome(t *testing.T) {
+	dir := canon(t, t.TempDir())
+	f := filepath.Join(dir, "file")
+	os.WriteFile(f, nil, 0o600)
+	for _, p := range []string{filepath.Join(dir, "missing"), f} {
+		t.Setenv("FM_HOME", p)
+		if _, err := Resolve(); errcode.Of(err) != errcode.HomeInvalid {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		foreign := filepath.Join(dir, "foreign")
+		os.Mkdir(foreign, 0o755)
+		os.Chown(foreign, 65534, 65534)
+		t.Setenv("FM_HOME", foreign)
+		if _, err := Resolve(); errcode.Of(err) != errcode.HomeInvalid {
+			t.Errorf("foreign-owned home: %v", err)
+		}
+	}
+}
+
+// [HOME-3] the state root: override, and where it exists it must be private.
+func TestStateRoot(t *testing.T) {
+	hm := canon(t, t.TempDir())
+	t.Setenv("FM_HOME", hm)
+	st := filepath.Join(canon(t, t.TempDir()), "st")
+	t.Setenv("FM_STATE_OVERRIDE", st)
+	h, err := Resolve()
+	if err != nil || h.State != st {
+		t.Fatalf("%+v %v", h, err)
+	}
+	if _, err := os.Lstat(st); !os.IsNotExist(err) {
+		t.Fatal("Resolve created the state root")
+	}
+	t.Setenv("FM_STATE_OVERRIDE", "relative/state")
+	if _, err := Resolve(); errcode.Of(err) != errcode.HomeInvalid {
+		t.Fatalf("relative override: %v", err)
+	}
+	t.Setenv("FM_STATE_OVERRIDE", st)
+	os.Mkdir(st, 0o770)
+	os.Chmod(st, 0o770)
+	if _, err := Resolve(); errcode.Of(err) != errcode.ModeUnsafe {
+		t.Fatalf("group-writable state: %v", err)
+	}
+	os.Remove(st)
+	real := st + "-real"
+	os.Mkdir(real, 0o700)
+	os.Symlink(real, st)
+	if _, err := Resolve(); errcode.Of(err) != errcode.LinkUnsafe {
+		t.Fatalf("symlinked state: %v", err)
+	}
+}
+
+// [HOME-4] private directories are created 0700 and pinned handles refuse links.
+func TestPrivateDirs(t *testing.T) {
+	base := canon(t, t.TempDir())
+	p := filepath.Join(base, "a", "b")
+	if err := EnsurePrivate(p, true); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Lstat(p)
+	if fi.Mode().Perm() != 0o700 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	f, err := OpenPrivate(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	link := filepath.Join(base, "link")
+	os.Symlink(p, link)
+	if _, err := OpenPrivate(link, true); errcode.Of(err) != errcode.LinkUnsafe {
+		t.Fatalf("OpenPrivate followed a link: %v", err)
+	}
+	if err := CheckPrivate(link, true); errcode.Of(err) != errcode.LinkUnsafe {
+		t.Fatalf("CheckPrivate: %v", err)
+	}
+	os.Chmod(p, 0o750)
+	if err := CheckPrivate(p, true); errcode.Of(err) != errcode.ModeUnsafe {
+		t.Fatalf("exact 0700: %v", err)
+	}
+	if err := CheckPrivate(p, false); err != nil {
+		t.Fatalf("0750 is private enough when not exact: %v", err)
+	}
+}
