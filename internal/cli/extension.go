@@ -15,6 +15,7 @@ import (
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/manifest"
+	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -305,5 +306,6 @@ func writeJSON(e *Env, v any) error {
 }
 
 // bindingPreflight is the process-event core's dependency check for
-// retire-binding.
-func bindingPreflight(h *home.Home) host.Preflight { return nil }
+// retire-binding and retire-transfer: registrations and unhandled results
+// that depend on the binding refuse its retirement.
+func bindingPreflight(h *home.Home) host.Preflight { return procevent.Preflight(h) }

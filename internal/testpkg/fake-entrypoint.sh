@@ -33,6 +33,14 @@ good)
 	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
 	*) ok '{"value":true}' ;;
 	esac ;;
+keep)
+	# like good, but neither silent nor terminal: the result stays unhandled
+	# and the registration stays.
+	case $req in
+	*'"operation":"source.poll"'*) ok '{"output":"kept result","status":"result"}' ;;
+	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
+	*) ok '{"value":false}' ;;
+	esac ;;
 no-result) ok '{"output":"","status":"no-result"}' ;;
 bom) printf '\357\273\277'; ok '{"output":"x","status":"result"}' ;;
 bad-utf8) ok '{"output":"'"$(printf '\377')"'","status":"result"}' ;;

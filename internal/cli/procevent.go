@@ -1,0 +1,468 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/protocol"
+)
+
+// Exit statuses of `fm extension process-event source.poll` ([OP-2]).
+const (
+	exitNoResult = 75 // EX_TEMPFAIL: no result
+	exitEvidence = 70 // EX_SOFTWARE: the poll failed; evidence on stdout
+)
+
+func init() {
+	register("procevent", &Verb{
+		Name:    "register",
+		Args:    "<adapter> <source-id> -- <argv...>",
+		Summary: "register a built-in source: argv is stored exactly and run directly (no shell) by the runner",
+		Run: func(e *Env, args []string) error {
+			if len(args) < 3 {
+				return errcode.New(errcode.Usage, "expected an adapter, a source id and, after --, the argv to run")
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			r, err := procevent.Register(h, args[0], args[1], args[2:])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "registered: %s (%s)\n", r.SourceID, r.Adapter)
+			return nil
+		},
+	})
+
+	var configRef string
+	register("procevent", &Verb{
+		Name:    "register-extension",
+		Args:    "<adapter> <source-id> --config-ref <ref>",
+		Summary: "register a source served by the bound extension that enables the adapter (a new generation with a fresh owner token)",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&configRef, "config-ref", "", "the source's configuration reference, one line of 1..512 bytes (required)")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 2, 2, "an adapter and a source id"); err != nil {
+				return err
+			}
+			if configRef == "" {
+				return errcode.New(errcode.Usage, "--config-ref is required")
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			r, err := procevent.RegisterExtension(e.Ctx, h, args[0], args[1], configRef)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
+			fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
+			fmt.Fprintf(e.Stdout, "retire: bin/fm-procevent.sh retire %s --if-owner %s\n", r.SourceID, r.Token)
+			return nil
+		},
+	})
+
+	var (
+		ifOwner, ifMatches string
+		ifAbsent           bool
+	)
+	register("procevent", &Verb{
+		Name:    "retire",
+		Args:    "<source-id> [--if-owner <token> | --if-matches <adapter> -- <argv...> | --if-absent]",
+		Summary: "stop the source's running poll and remove its registration (bare form: built-ins only)",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&ifOwner, "if-owner", "", "retire only the extension generation with this owner token (idempotent)")
+			fs.StringVar(&ifMatches, "if-matches", "", "retire only a built-in registration of this adapter with exactly the argv after --")
+			fs.BoolVar(&ifAbsent, "if-absent", false, "succeed only if nothing is registered")
+		},
+		Run: func(e *Env, args []string) error {
+			if len(args) < 1 {
+				return errcode.New(errcode.Usage, "expected a source id")
+			}
+			forms := 0
+			for _, set := range []bool{ifOwner != "", ifMatches != "", ifAbsent} {
+				if set {
+					forms++
+				}
+			}
+			if forms > 1 {
+				return errcode.New(errcode.Usage, "--if-owner, --if-matches and --if-absent exclude each other")
+			}
+			var c procevent.Condition
+			switch {
+			case ifMatches != "":
+				if len(args) < 2 {
+					return errcode.New(errcode.Usage, "--if-matches needs the complete argv after --")
+				}
+				c.IfMatches = &procevent.Match{Adapter: ifMatches, Argv: args[1:]}
+			case len(args) > 1:
+				return errcode.New(errcode.Usage, "expected one source id")
+			case ifOwner != "":
+				c.IfOwner = ifOwner
+			default:
+				c.IfAbsent = ifAbsent
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			if err := procevent.Retire(h, args[0], c); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "retired: %s\n", args[0])
+			return nil
+		},
+	})
+
+	register("procevent", &Verb{
+		Name:    "start",
+		Args:    "<source-id>",
+		Summary: "run one attached poll of the source, then capture, announce, and ask the silent and terminal verdicts",
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 1, 1, "one source id"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			out, err := procevent.Start(e.Ctx, h, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.Stdout, out.Line())
+			return nil
+		},
+	})
+
+	var so serveFlags
+	register("procevent", &Verb{
+		Name:    "serve",
+		Args:    "[--min-gap <d>] [--max-backoff <d>] [--rescan <d>] [--reannounce-after <d>]",
+		Summary: "supervise every registered source of the home until TERM/INT (one serve per home)",
+		Stream:  true,
+		Flags:   so.declare,
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			o := so.o
+			o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
+			return procevent.Serve(e.Ctx, h, o)
+		},
+	})
+
+	var ro serveFlags
+	register("procevent", &Verb{
+		Name:    "reconcile",
+		Args:    "[--reannounce-after <d>]",
+		Summary: "run one supervision cycle: clean up after dead runners, re-announce unhandled results, poll every source once",
+		Flags:   ro.declareReannounce,
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			rep, err := procevent.Reconcile(e.Ctx, h, ro.o)
+			if err != nil {
+				return err
+			}
+			for _, out := range rep.Outcomes {
+				fmt.Fprintln(e.Stdout, out.Line())
+			}
+			failed := slices.Sorted(maps.Keys(rep.Failures))
+			for _, id := range failed {
+				err := rep.Failures[id]
+				fmt.Fprintf(e.Stdout, "failed: %s (%s): %s\n", id, errcode.Of(err), oneLine(err.Error()))
+			}
+			fmt.Fprintf(e.Stdout, "reconciled: sources=%d failed=%d cleaned-invocations=%d reannounced=%d\n", len(rep.Outcomes)+len(failed), len(failed), rep.Cleaned, rep.Reannounced)
+			return nil
+		},
+	})
+
+	register("procevent", &Verb{
+		Name:    "handled",
+		Args:    "<source-id> <seq>",
+		Summary: "mark a captured result handled",
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 2, 2, "a source id and a sequence number"); err != nil {
+				return err
+			}
+			seq, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || seq < 1 {
+				return errcode.New(errcode.Usage, "sequence %q must be a positive decimal integer", args[1])
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			already, err := procevent.MarkHandled(h, args[0], seq)
+			if err != nil {
+				return err
+			}
+			word := "handled"
+			if already {
+				word = "already-handled"
+			}
+			fmt.Fprintf(e.Stdout, "%s: %s %d\n", word, args[0], seq)
+			return nil
+		},
+	})
+
+	register("procevent", &Verb{
+		Name:    "classify",
+		Args:    "<result-file>",
+		Summary: "print the classification of a captured result by its captured owner (changes no state)",
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 1, 1, "one result file"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			c, err := procevent.Classify(e.Ctx, h, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.Stdout, c)
+			return nil
+		},
+	})
+
+	var listJSON bool
+	register("procevent", &Verb{
+		Name:    "list",
+		Args:    "[--json]",
+		Summary: "list registered sources with adapter, owner and pending (unhandled) count",
+		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&listJSON, "json", false, "print one JSON document") },
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			regs, err := procevent.Sources(h)
+			if err != nil {
+				return err
+			}
+			results, err := procevent.Inbox(h)
+			if err != nil {
+				return err
+			}
+			pending := map[string]int{}
+			for _, r := range results {
+				if !r.Handled {
+					pending[r.SourceID]++
+				}
+			}
+			type row struct {
+				SourceID string `json:"source_id"`
+				Adapter  string `json:"adapter"`
+				Kind     string `json:"kind"`
+				Owner    string `json:"owner"`
+				Pending  int    `json:"pending"`
+			}
+			rows := []row{}
+			for _, r := range regs {
+				rows = append(rows, row{r.SourceID, r.Adapter, r.Kind, r.Owner(), pending[r.SourceID]})
+			}
+			if listJSON {
+				return writeJSON(e, map[string]any{"sources": rows})
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(e.Stdout, "no process-event sources")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SOURCE\tADAPTER\tOWNER\tPENDING")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.SourceID, r.Adapter, r.Owner, r.Pending)
+			}
+			return tw.Flush()
+		},
+	})
+
+	var inboxJSON bool
+	register("procevent", &Verb{
+		Name:    "inbox",
+		Args:    "[--json]",
+		Summary: "list captured results with their owner and handled state",
+		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&inboxJSON, "json", false, "print one JSON document") },
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			results, err := procevent.Inbox(h)
+			if err != nil {
+				return err
+			}
+			if inboxJSON {
+				if results == nil {
+					results = []procevent.Result{}
+				}
+				return writeJSON(e, map[string]any{"results": results})
+			}
+			if len(results) == 0 {
+				fmt.Fprintln(e.Stdout, "no captured results")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tKIND\tSTATE\tRESULT")
+			for _, r := range results {
+				kind, state := "result", "unhandled"
+				if r.Evidence {
+					kind = "evidence"
+				}
+				if r.Handled {
+					state = "handled"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), kind, state, r.Path)
+			}
+			return tw.Flush()
+		},
+	})
+
+	var preflight bool
+	register("procevent", &Verb{
+		Name:    "sweep-home",
+		Args:    "[--preflight]",
+		Summary: "retire every registration of the home and prove every invocation group gone",
+		Flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&preflight, "preflight", false, "only check; change nothing (prints how many registrations a sweep would attempt)")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			n, err := procevent.Sweep(h, preflight)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "swept: attempted=%d\n", n)
+			return nil
+		},
+	})
+
+	var pe struct{ sourceID, configRef, resultFile, requestID string }
+	register("extension", &Verb{
+		Name:    "process-event",
+		Args:    "<adapter> <operation> [--source-id S --config-ref R] [--result-file F] [--request-id ID]",
+		Summary: "call one process-event-adapter/1 operation directly (for operators and tests); changes no state",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&pe.sourceID, "source-id", "", "the source id (source.poll: required)")
+			fs.StringVar(&pe.configRef, "config-ref", "", "the configuration reference (source.poll: required)")
+			fs.StringVar(&pe.resultFile, "result-file", "", "a captured result directly inside the inbox (result.*: required)")
+			fs.StringVar(&pe.requestID, "request-id", "", "the request id, sha256:<64 hex> (default: random)")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 2, 2, "an adapter and an operation"); err != nil {
+				return err
+			}
+			adapter, op := args[0], args[1]
+			if !slices.Contains(protocol.Operations, op) {
+				return errcode.New(errcode.Usage, "unknown operation %q (one of source.poll, result.classify, result.terminal, result.silent)", op)
+			}
+			if pe.requestID != "" {
+				if err := protocol.CheckRequestID(pe.requestID); err != nil {
+					return err
+				}
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			if op == protocol.OpPoll {
+				return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, pe.requestID)
+			}
+			if pe.resultFile == "" || pe.configRef != "" {
+				return errcode.New(errcode.Usage, "%s takes --result-file (and no --config-ref)", op)
+			}
+			res, err := procevent.Ask(e.Ctx, h, adapter, op, pe.resultFile, pe.sourceID, pe.requestID)
+			if err != nil {
+				return err
+			}
+			switch r := res.(type) {
+			case *protocol.ClassifyResult:
+				fmt.Fprintln(e.Stdout, r.Classification)
+			case *protocol.BoolResult:
+				fmt.Fprintln(e.Stdout, r.Value)
+			}
+			return nil
+		},
+	})
+}
+
+// directPoll is `fm extension process-event <adapter> source.poll` ([OP-2]):
+// the output on stdout and exit 0; no result: nothing, exit 75; failure: the
+// evidence document ([OP-3]), exit 70.
+func directPoll(e *Env, adapter, sourceID, configRef, resultFile, requestID string) error {
+	if resultFile != "" {
+		return errcode.New(errcode.Usage, "source.poll takes no --result-file")
+	}
+	if sourceID == "" || configRef == "" {
+		return errcode.New(errcode.Usage, "source.poll needs --source-id and --config-ref")
+	}
+	if err := protocol.CheckSourceID(sourceID); err != nil {
+		return err
+	}
+	if err := protocol.CheckConfigRef(configRef); err != nil {
+		return err
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	out, evidence := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, requestID)
+	switch {
+	case evidence != nil:
+		e.Stdout.Write(evidence)
+		return &ExitError{Status: exitEvidence}
+	case out == nil:
+		return &ExitError{Status: exitNoResult}
+	}
+	_, err = e.Stdout.Write(out)
+	return err
+}
+
+// serveFlags are the tuning flags of serve and reconcile; each declaration
+// starts from the defaults.
+type serveFlags struct{ o procevent.ServeOptions }
+
+func (f *serveFlags) declare(fs *flag.FlagSet) {
+	f.declareReannounce(fs)
+	fs.DurationVar(&f.o.MinGap, "min-gap", f.o.MinGap, "minimum time between two polls of one source")
+	fs.DurationVar(&f.o.MaxBackoff, "max-backoff", f.o.MaxBackoff, "ceiling of the backoff after failures")
+	fs.DurationVar(&f.o.Rescan, "rescan", f.o.Rescan, "how often the registry is re-read for new and retired sources")
+}
+
+func (f *serveFlags) declareReannounce(fs *flag.FlagSet) {
+	f.o = procevent.DefaultServeOptions()
+	fs.DurationVar(&f.o.Reannounce, "reannounce-after", f.o.Reannounce, "re-announce an unhandled result once its capture and its latest wake are older than this (0: every cycle)")
+}

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/wake"
+)
+
+// afterFlag is --after <queue-seq>: a non-negative decimal integer.
+type afterFlag struct{ raw string }
+
+func (a *afterFlag) declare(fs *flag.FlagSet) {
+	fs.StringVar(&a.raw, "after", "0", "only wakes with a queue-seq greater than this")
+}
+
+func (a *afterFlag) value() (int64, error) {
+	n, err := strconv.ParseInt(a.raw, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errcode.New(errcode.Usage, "--after %q must be a non-negative decimal queue-seq", a.raw)
+	}
+	return n, nil
+}
+
+func init() {
+	var (
+		after    afterFlag
+		listJSON bool
+	)
+	register("wake", &Verb{
+		Name:    "list",
+		Args:    "[--after <queue-seq>] [--json]",
+		Summary: "print the queued wakes (one line each: unix-seconds, queue-seq, kind, key, payload, tab-separated)",
+		Flags: func(fs *flag.FlagSet) {
+			after.declare(fs)
+			fs.BoolVar(&listJSON, "json", false, "print one JSON document")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			n, err := after.value()
+			if err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			ws, err := wake.List(h.State, n)
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				if ws == nil {
+					ws = []wake.Wake{}
+				}
+				return writeJSON(e, map[string]any{"wakes": ws})
+			}
+			for _, w := range ws {
+				fmt.Fprint(e.Stdout, w.Line())
+			}
+			return nil
+		},
+	})
+
+	var watchAfter afterFlag
+	register("wake", &Verb{
+		Name:    "watch",
+		Args:    "[--after <queue-seq>]",
+		Summary: "print the queued wakes, then each new one as it is appended, until TERM/INT",
+		Stream:  true,
+		Flags:   watchAfter.declare,
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			n, err := watchAfter.value()
+			if err != nil {
+				return err
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			return wake.Watch(e.Ctx, h.State, n, func(w wake.Wake) error {
+				_, err := fmt.Fprint(e.Stdout, w.Line())
+				return err
+			})
+		},
+	})
+}

@@ -1,0 +1,226 @@
+package procevent_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"firstmate.dev/fm/internal/protocol"
+)
+
+// [REG-2] [RUN-1] [CAP-1] [CAP-2] [CAP-3] [CAP-5] [CAP-8] [CLI-3]: a result is
+// captured durably with its owner, then announced by one wake that carries no
+// output text; it stays unhandled until `handled`.
+func TestCaptureThenWake(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.mode("poll", "text:SECRET-OUTPUT-TEXT")
+
+	result := filepath.Join(f.h.Inbox(), "s1.1.result")
+	if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+"\n" {
+		t.Fatalf("start printed %q", out)
+	}
+	if got := f.read(result); got != "SECRET-OUTPUT-TEXT" {
+		t.Fatalf("result holds %q", got)
+	}
+	for _, name := range []string{"s1.1.result", "s1.1.meta.json"} {
+		fi, err := os.Lstat(filepath.Join(f.h.Inbox(), name))
+		if err != nil || fi.Mode() != 0o600 {
+			t.Fatalf("%s: %v mode %v, want a 0600 file", name, err, fi.Mode())
+		}
+	}
+	var meta map[string]any
+	if err := json.Unmarshal([]byte(f.read(filepath.Join(f.h.Inbox(), "s1.1.meta.json"))), &meta); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"adapter": "sig", "extension_id": extID, "extension_version": "1.0.0", "capability_version": 1.0, "package_digest": f.b.PackageDigest, "binding_digest": f.b.Digest, "sequence": 1.0, "evidence": false} {
+		if meta[k] != v {
+			t.Errorf("meta %s = %v, want %v", k, meta[k], v)
+		}
+	}
+
+	ws := f.wakes()
+	if len(ws) != 1 || ws[0].Kind != "check" || ws[0].Key != "procevent:s1:1" || ws[0].Payload != "check: procevent sig s1 1" || ws[0].Seq != 1 {
+		t.Fatalf("wakes = %+v", ws)
+	}
+	if strings.Contains(f.read(f.h.WakeQueue()), "SECRET") {
+		t.Fatal("the wake queue carries output text")
+	}
+	if out := f.ok("wake", "list"); out != ws[0].Line() {
+		t.Fatalf("wake list printed %q", out)
+	}
+
+	// Pending until handled; handled is idempotent.
+	if out := f.ok("procevent", "list"); !regexp.MustCompile(`(?m)^SOURCE +ADAPTER +OWNER +PENDING\ns1 +sig +org\.example\.sig@1\.0\.0 +1$`).MatchString(out) {
+		t.Fatalf("list printed %q", out)
+	}
+	if out := f.ok("procevent", "classify", result); out != "fake-class\n" {
+		t.Fatalf("classify printed %q", out)
+	}
+	// [OP-1]: the requests carry the source id, config_ref and content, never
+	// a path.
+	requests := f.read(filepath.Join(f.extState, "requests"))
+	if strings.Contains(requests, f.work) || !strings.Contains(requests, `"input":{"config_ref":"ref-s1","source_id":"s1"}`) ||
+		!strings.Contains(requests, `"input":{"content":"SECRET-OUTPUT-TEXT","sequence":1,"source_id":"s1"}`) {
+		t.Fatalf("requests:\n%s", requests)
+	}
+	for _, ref := range []string{"two\nlines", strings.Repeat("r", 513), ""} {
+		if _, errs, code := f.fm("procevent", "register-extension", "sig", "s2", "--config-ref", ref); code != 2 || !strings.HasPrefix(errs, "error[usage]: ") {
+			t.Fatalf("config ref %q: exit %d %q", ref, code, errs)
+		}
+	}
+	if out := f.ok("procevent", "inbox"); !strings.Contains(out, "unhandled") {
+		t.Fatalf("inbox printed %q", out)
+	}
+	if out := f.ok("procevent", "handled", "s1", "1"); out != "handled: s1 1\n" {
+		t.Fatalf("handled printed %q", out)
+	}
+	if out := f.ok("procevent", "handled", "s1", "1"); out != "already-handled: s1 1\n" {
+		t.Fatalf("second handled printed %q", out)
+	}
+	f.fails("source-missing", "procevent", "handled", "s1", "9")
+	var inbox struct {
+		Results []struct {
+			SourceID string `json:"source_id"`
+			Sequence int64  `json:"sequence"`
+			Handled  bool   `json:"handled"`
+			Path     string `json:"path"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(f.ok("procevent", "inbox", "--json")), &inbox); err != nil || len(inbox.Results) != 1 || !inbox.Results[0].Handled || inbox.Results[0].Path != result {
+		t.Fatalf("inbox --json: %v %+v", err, inbox)
+	}
+
+	// No result: no file and no wake.
+	f.mode("poll", "no-result")
+	before := f.inbox()
+	if out := f.ok("procevent", "start", "s1"); out != "no-result: s1\n" {
+		t.Fatalf("start printed %q", out)
+	}
+	if after := f.inbox(); !slices.Equal(before, after) || len(f.wakes()) != 1 {
+		t.Fatalf("a no-result changed the inbox (%v -> %v) or the queue", before, after)
+	}
+}
+
+// [OP-3] [RUN-3] [CAP-1]: every poll failure becomes captured, announced,
+// unhandled evidence: exactly the host's canonical line, never package text,
+// and no verdict is asked about it.
+func TestFailureEvidence(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bindTimeout(3000) // the "hang" poll times out after 3 s
+	f.registerExt("s1")
+	f.mode("silent", "true")
+	f.mode("terminal", "true")
+	cases := []struct{ mode, code string }{
+		{"crash", "process-failed"},
+		{"exit7", "process-failed"},
+		{"hang", "timeout"},
+		{"malformed", "response-invalid"},
+		{"ok-false", "extension-unavailable"},
+	}
+	for i, c := range cases {
+		f.mode("poll", c.mode)
+		seq := i + 1
+		result := filepath.Join(f.h.Inbox(), "s1."+strconv.Itoa(seq)+".result")
+		if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+"\n" {
+			t.Fatalf("%s: start printed %q", c.mode, out)
+		}
+		want := `{"code":"` + c.code + `","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
+		if got := f.read(result); got != want {
+			t.Fatalf("%s: evidence %q, want %q", c.mode, got, want)
+		}
+	}
+	// A binding that disappeared is evidence too (extension_id from the
+	// registration).
+	f.mode("poll", "result")
+	if err := os.Rename(f.b.Path, filepath.Join(f.work, "moved.json")); err != nil {
+		t.Fatal(err)
+	}
+	f.ok("procevent", "start", "s1")
+	if got := f.read(filepath.Join(f.h.Inbox(), "s1.6.result")); !strings.Contains(got, `"code":"adapter-unbound"`) {
+		t.Fatalf("missing binding gave %q", got)
+	}
+	for _, n := range f.inbox() {
+		if strings.HasSuffix(n, ".handled") {
+			t.Fatalf("evidence was marked handled: %s", n)
+		}
+		if strings.Contains(f.read(filepath.Join(f.h.Inbox(), n)), "PACKAGE-SECRET-TEXT") {
+			t.Fatalf("%s carries package text", n)
+		}
+	}
+	if len(f.wakes()) != 6 {
+		t.Fatalf("want 6 announcements, got %+v", f.wakes())
+	}
+	if l := f.log("silent"); len(l) != 0 {
+		t.Fatalf("a verdict was asked about evidence: %v", l)
+	}
+	if out := f.ok("procevent", "list"); !regexp.MustCompile(`(?m)^s1 .* 6$`).MatchString(out) {
+		t.Fatalf("list should show 6 pending: %q", out)
+	}
+}
+
+// [RID-1]: two polls before a capture send the same request id; the first
+// poll after each capture the next one; a new generation changes them all.
+func TestPollRequestIDs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	token := f.registerExt("s1")
+	rid := func(seq int64, tok string) string {
+		return protocol.PollRequestID("sig", "s1", seq, tok, f.b.PackageDigest)
+	}
+	f.mode("poll", "no-result")
+	f.ok("procevent", "start", "s1")
+	f.ok("procevent", "start", "s1")
+	f.mode("poll", "result")
+	f.ok("procevent", "start", "s1") // captures seq 1 (the same id again)
+	f.ok("procevent", "start", "s1") // captures seq 2
+	f.ok("procevent", "start", "s1") // captures seq 3
+	want := []string{rid(1, token), rid(1, token), rid(1, token), rid(2, token), rid(3, token)}
+	if got := ids(f.log("poll")); !slices.Equal(got, want) {
+		t.Fatalf("poll request ids\n got %v\nwant %v", got, want)
+	}
+	token2 := f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	if got := ids(f.log("poll")); got[5] != rid(4, token2) || got[5] == rid(4, token) {
+		t.Fatalf("after re-registration the id is %s, want %s", got[5], rid(4, token2))
+	}
+}
+
+func ids(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		out = append(out, l[strings.LastIndexByte(l, ' ')+1:])
+	}
+	return out
+}
+
+// [CAP-1]: sequence numbers never repeat for a source id, across handling,
+// retirement, re-registration and deleted inbox files.
+func TestSequencesNeverRepeat(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	tok := f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	f.ok("procevent", "handled", "s1", "1")
+	f.ok("procevent", "retire", "s1", "--if-owner", tok)
+	f.registerExt("s1")
+	if out := f.ok("procevent", "start", "s1"); !strings.HasSuffix(out, "/s1.2.result\n") {
+		t.Fatalf("after re-registration: %q", out)
+	}
+	for _, n := range f.inbox() {
+		os.Remove(filepath.Join(f.h.Inbox(), n))
+	}
+	if out := f.ok("procevent", "start", "s1"); !strings.HasSuffix(out, "/s1.3.result\n") {
+		t.Fatalf("after the inbox was emptied: %q", out)
+	}
+}

@@ -1,0 +1,167 @@
+package procevent_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/wake"
+)
+
+// [OP-2] [OP-3] [OP-4]: the direct call of every operation and its exit
+// statuses.
+func TestDirectProcessEvent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	poll := []string{"extension", "process-event", "sig", "source.poll", "--source-id", "d1", "--config-ref", "ref"}
+	f.mode("poll", "text:direct output")
+	if out := f.ok(poll...); out != "direct output" {
+		t.Fatalf("poll printed %q", out)
+	}
+	rid := "sha256:" + strings.Repeat("ab", 32)
+	f.ok(append(poll, "--request-id", rid)...)
+	if got := ids(f.log("poll")); got[1] != rid {
+		t.Fatalf("--request-id was not sent: %v", got)
+	}
+	f.mode("poll", "no-result")
+	if out, errs, code := f.fm(poll...); out != "" || errs != "" || code != 75 {
+		t.Fatalf("no-result: exit %d %q %q", code, out, errs)
+	}
+	f.mode("poll", "ok-false")
+	out, errs, code := f.fm(poll...)
+	if code != 70 || errs != "" || out != `{"code":"extension-unavailable","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}`+"\n" {
+		t.Fatalf("failure: exit %d %q %q", code, out, errs)
+	}
+	out, _, code = f.fm("extension", "process-event", "nope", "source.poll", "--source-id", "d1", "--config-ref", "ref")
+	if code != 70 || !strings.Contains(out, `"code":"adapter-unbound","extension_id":"unknown"`) {
+		t.Fatalf("unbound adapter: exit %d %q", code, out)
+	}
+	if f.inbox() != nil || len(f.wakes()) != 0 {
+		t.Fatal("a direct call captured or announced")
+	}
+
+	// Result operations read a result directly inside the canonical inbox.
+	f.registerExt("s1")
+	f.mode("poll", "result")
+	f.ok("procevent", "start", "s1")
+	result := filepath.Join(f.h.Inbox(), "s1.1.result")
+	call := func(op string, extra ...string) []string {
+		return append([]string{"extension", "process-event", "sig", op, "--result-file", result}, extra...)
+	}
+	if out := f.ok(call("result.classify")...); out != "fake-class\n" {
+		t.Fatalf("classify printed %q", out)
+	}
+	if out := f.ok(call("result.terminal")...); out != "false\n" {
+		t.Fatalf("terminal printed %q", out)
+	}
+	f.mode("silent", "crash")
+	f.fails("process-failed", call("result.silent")...)
+	outside := filepath.Join(f.work, "s1.1.result")
+	f.write(outside, "x", 0o600)
+	f.fails("path-unsafe", "extension", "process-event", "sig", "result.classify", "--result-file", outside)
+	f.fails("path-unsafe", "procevent", "classify", outside)
+	f.fails("path-unsafe", "procevent", "classify", filepath.Join(f.h.Inbox(), "s1.1.meta.json"))
+	f.fails("capability-mismatch", "extension", "process-event", "other", "result.classify", "--result-file", result)
+	for _, args := range [][]string{
+		{"extension", "process-event", "sig", "source.poll"},
+		{"extension", "process-event", "sig", "result.classify"},
+		{"extension", "process-event", "sig", "bogus.op"},
+		{"extension", "process-event", "sig", "source.poll", "--source-id", ".bad", "--config-ref", "r"},
+	} {
+		if _, _, code := f.fm(args...); code != 2 {
+			t.Fatalf("%v: exit %d, want usage", args, code)
+		}
+	}
+}
+
+// [CAP-2] [RUN-2]: reconcile re-announces an unhandled result only under the
+// re-announce rule, never a handled one, and polls every source once.
+func TestReconcileReannounces(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	f.mode("poll", "no-result")
+	out := f.ok("procevent", "reconcile")
+	if out != "no-result: s1\nreconciled: sources=1 failed=0 cleaned-invocations=0 reannounced=0\n" || len(f.wakes()) != 1 {
+		t.Fatalf("reconcile printed %q, wakes %+v", out, f.wakes())
+	}
+	out = f.ok("procevent", "reconcile", "--reannounce-after", "0")
+	ws := f.wakes()
+	if !strings.HasSuffix(out, "reannounced=1\n") || len(ws) != 2 || ws[1].Key != "procevent:s1:1" || ws[1].Seq != 2 {
+		t.Fatalf("reconcile printed %q, wakes %+v", out, ws)
+	}
+	f.ok("procevent", "handled", "s1", "1")
+	f.ok("procevent", "reconcile", "--reannounce-after", "0")
+	if len(f.wakes()) != 2 {
+		t.Fatal("a handled result was re-announced")
+	}
+}
+
+// [HOME-4] [CAP-8] [CLI-4] [WAKE-2]: the read-only verbs create nothing in a
+// fresh home and speak JSON on request.
+func TestReadOnlyVerbsCreateNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for args, want := range map[string]string{
+		"procevent list":                 "no process-event sources\n",
+		"procevent inbox":                "no captured results\n",
+		"procevent list --json":          "{\n  \"sources\": []\n}\n",
+		"procevent inbox --json":         "{\n  \"results\": []\n}\n",
+		"wake list":                      "",
+		"wake list --json":               "{\n  \"wakes\": []\n}\n",
+		"procevent reconcile":            "reconciled: sources=0 failed=0 cleaned-invocations=0 reannounced=0\n",
+		"procevent retire x --if-absent": "retired: x\n",
+	} {
+		if out := f.ok(strings.Fields(args)...); out != want {
+			t.Fatalf("%s printed %q, want %q", args, out, want)
+		}
+	}
+	if _, err := os.Lstat(f.h.State); !os.IsNotExist(err) {
+		t.Fatalf("a read-only verb created %s", f.h.State)
+	}
+}
+
+// [WAKE-1] [WAKE-2]: wake list --after and wake watch, which follows new
+// wakes and exits cleanly on SIGTERM.
+func TestWakeVerbs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	watch := f.fmCmd("wake", "watch", "--after", "1")
+	var out syncBuffer
+	watch.Stdout = &out
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.ok("procevent", "start", "s1")
+	f.ok("procevent", "start", "s1")
+	waitFor(t, 5*time.Second, "watch to print two wakes", func() bool { return strings.Count(out.String(), "\n") == 2 })
+	watch.Process.Signal(os.Interrupt)
+	if err := watch.Wait(); err != nil {
+		t.Fatalf("watch did not exit cleanly: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if w, ok := wake.Parse(lines[0]); !ok || w.Seq != 2 || w.Key != "procevent:s1:2" {
+		t.Fatalf("watch printed %q", out.String())
+	}
+	if got := f.ok("wake", "list", "--after", "2"); got != lines[1]+"\n" {
+		t.Fatalf("wake list --after 2 printed %q", got)
+	}
+	var doc struct {
+		Wakes []wake.Wake `json:"wakes"`
+	}
+	if err := json.Unmarshal([]byte(f.ok("wake", "list", "--json")), &doc); err != nil || len(doc.Wakes) != 3 {
+		t.Fatalf("wake list --json: %v %+v", err, doc)
+	}
+	if _, _, code := f.fm("wake", "list", "--after", "-1"); code != 2 {
+		t.Fatal("--after -1 must be a usage error")
+	}
+}

@@ -1,0 +1,377 @@
+package procevent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// The inbox <state>/procevent-inbox holds, per captured result,
+//
+//	<source-id>.<seq>.meta.json  the immutable owner of the result
+//	<source-id>.<seq>.result     the captured bytes (poll output or evidence)
+//	<source-id>.<seq>.handled    present once the result is handled
+//
+// all 0600. Files are published by linking a fully written, fsynced unnamed
+// file (O_TMPFILE) under its final name, which never replaces anything, and
+// then fsyncing the directory [CAP-1]. The meta is published before the
+// result, so a .result never exists without its owner; a .meta.json without a
+// .result is the trace of a capture interrupted by a crash and is ignored
+// (its sequence number is still never reused).
+
+// MetaSchema is the schema of a result's meta file.
+const MetaSchema = "firstmate.procevent-result-meta.v1"
+
+// HandledSchema is the schema of a handled marker.
+const HandledSchema = "firstmate.procevent-handled.v1"
+
+// Handled-marker reasons.
+const (
+	HandledByOperator = "handled"
+	HandledBySilent   = "silent"
+)
+
+const (
+	resultSuffix  = ".result"
+	metaSuffix    = ".meta.json"
+	handledSuffix = ".handled"
+	seqSuffix     = ".seq"
+	maxMeta       = 4096
+	maxSeqFile    = 32
+)
+
+// Meta is the immutable owner of one captured result [CAP-1]. For an
+// extension result it names the exact extension identity and binding that
+// produced it: verdicts and classification ask that owner, never whatever
+// binding or built-in holds the adapter name later [CAP-4].
+type Meta struct {
+	Schema     string `json:"schema"`
+	Kind       string `json:"kind"`
+	Adapter    string `json:"adapter"`
+	SourceID   string `json:"source_id"`
+	Sequence   int64  `json:"sequence"`
+	Evidence   bool   `json:"evidence"`
+	CapturedAt int64  `json:"captured_at"`
+
+	ExtensionID       string `json:"extension_id,omitzero"`
+	ExtensionVersion  string `json:"extension_version,omitzero"`
+	CapabilityVersion int64  `json:"capability_version,omitzero"`
+	PackageDigest     string `json:"package_digest,omitzero"`
+	BindingDigest     string `json:"binding_digest,omitzero"`
+}
+
+// Owner is "<extension id>@<version>" or "built-in".
+func (m *Meta) Owner() string {
+	if m.Kind == KindExtension {
+		return m.ExtensionID + "@" + m.ExtensionVersion
+	}
+	return "built-in"
+}
+
+// metaFor returns the meta of the next result of r.
+func metaFor(r *Registration, seq int64, evidence bool) *Meta {
+	m := &Meta{Schema: MetaSchema, Kind: r.Kind, Adapter: r.Adapter, SourceID: r.SourceID, Sequence: seq, Evidence: evidence, CapturedAt: time.Now().Unix()}
+	if r.External() {
+		m.ExtensionID, m.ExtensionVersion, m.CapabilityVersion = r.ExtensionID, r.ExtensionVersion, r.CapabilityVersion
+		m.PackageDigest, m.BindingDigest = r.PackageDigest, r.BindingDigest
+	}
+	return m
+}
+
+func (m *Meta) owner() owner {
+	return owner{m.Kind, m.Adapter, m.SourceID, m.ExtensionID, m.ExtensionVersion, m.CapabilityVersion, m.PackageDigest, m.BindingDigest}
+}
+
+func (m *Meta) validate(what string) error {
+	if m.Schema != MetaSchema || m.Sequence < 1 {
+		return errcode.New(errcode.SchemaInvalid, "%s: schema must be %q with a positive sequence", what, MetaSchema)
+	}
+	return m.owner().check(what)
+}
+
+// Handled is the content of a handled marker.
+type Handled struct {
+	Schema string `json:"schema"`
+	By     string `json:"by"`
+}
+
+func name(id string, seq int64, suffix string) string {
+	return id + "." + strconv.FormatInt(seq, 10) + suffix
+}
+
+// parseName splits an inbox name into source id, sequence and suffix.
+func parseName(n string) (id string, seq int64, suffix string, ok bool) {
+	for _, s := range []string{resultSuffix, metaSuffix, handledSuffix} {
+		rest, found := strings.CutSuffix(n, s)
+		if !found {
+			continue
+		}
+		dot := strings.LastIndexByte(rest, '.')
+		if dot < 0 {
+			return "", 0, "", false
+		}
+		digits := rest[dot+1:]
+		seq, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil || seq < 1 || digits != strconv.FormatInt(seq, 10) || protocol.CheckSourceID(rest[:dot]) != nil {
+			return "", 0, "", false
+		}
+		return rest[:dot], seq, s, true
+	}
+	return "", 0, "", false
+}
+
+// nextSeq is the sequence the next capture of id will use: one more than the
+// highest of the durable counter <state>/procevent/<id>.seq and every
+// sequence present in the inbox for id. The counter keeps sequences unique
+// when inbox files are deleted; the inbox scan keeps them unique when a crash
+// came between a capture and the counter update. So a sequence never repeats
+// for a source id in a home, across handling, retirement and re-registration.
+func (d *dirs) nextSeq(id string) (int64, error) {
+	last, err := d.counter(id)
+	if err != nil {
+		return 0, err
+	}
+	names, err := namesAt(d.inbox)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		if sid, seq, _, ok := parseName(n); ok && sid == id && seq > last {
+			last = seq
+		}
+	}
+	return last + 1, nil
+}
+
+func (d *dirs) counter(id string) (int64, error) {
+	data, err := fsutil.ReadPrivateAt(d.reg, id+seqSuffix, maxSeqFile)
+	if os.IsNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, perr := strconv.ParseInt(strings.TrimSuffix(string(data), "\n"), 10, 64)
+	if perr != nil || n < 0 {
+		return 0, errcode.New(errcode.SchemaInvalid, "sequence counter %q is not a decimal number; fix or remove it", filepath.Join(d.reg.Name(), id+seqSuffix))
+	}
+	return n, nil
+}
+
+// capture durably publishes one result of r with sequence seq: recheck the
+// boundary, meta first, then the result, then the counter. Returns the meta
+// and the result's path.
+func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool) (*Meta, string, error) {
+	if err := d.recheck(); err != nil {
+		return nil, "", err
+	}
+	m := metaFor(r, seq, evidence)
+	data, err := strictjson.Canonical(m)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, f := range []struct {
+		suffix string
+		data   []byte
+	}{{metaSuffix, data}, {resultSuffix, content}} {
+		if err := createAt(d.inbox, name(r.SourceID, seq, f.suffix), f.data); err != nil {
+			if errors.Is(err, fsutil.ErrExists) {
+				return nil, "", errcode.New(errcode.Internal, "inbox entry %s already exists; sequence %d of %q was used before", name(r.SourceID, seq, f.suffix), seq, r.SourceID)
+			}
+			return nil, "", err
+		}
+	}
+	if err := replaceAt(d.reg, r.SourceID+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
+		return nil, "", err
+	}
+	return m, filepath.Join(d.inbox.Name(), name(r.SourceID, seq, resultSuffix)), nil
+}
+
+// markHandled publishes the handled marker of id/seq; already reports that
+// one existed. The result itself must exist.
+func (d *dirs) markHandled(id string, seq int64, by string) (already bool, err error) {
+	if !existsAt(d.inbox, name(id, seq, resultSuffix)) {
+		return false, errcode.New(errcode.SourceMissing, "no captured result %s in %q; see fm procevent inbox", name(id, seq, resultSuffix), d.inbox.Name())
+	}
+	data, err := strictjson.Canonical(Handled{Schema: HandledSchema, By: by})
+	if err != nil {
+		return false, err
+	}
+	err = createAt(d.inbox, name(id, seq, handledSuffix), data)
+	if errors.Is(err, fsutil.ErrExists) {
+		return true, nil
+	}
+	return false, err
+}
+
+// MarkHandled records that the result seq of source id is handled ([CAP-3]).
+// already reports that it was handled before; nothing changes then.
+func MarkHandled(h *home.Home, id string, seq int64) (already bool, err error) {
+	if err := protocol.CheckSourceID(id); err != nil {
+		return false, err
+	}
+	if seq < 1 {
+		return false, errcode.New(errcode.Usage, "sequence must be a positive integer")
+	}
+	d, err := openInboxReader(h)
+	if err == nil {
+		defer d.close()
+	}
+	if err == errAbsent {
+		return false, errcode.New(errcode.SourceMissing, "no captured result %s: the inbox %q does not exist", name(id, seq, resultSuffix), h.Inbox())
+	}
+	if err != nil {
+		return false, err
+	}
+	return d.markHandled(id, seq, HandledByOperator)
+}
+
+// openInboxReader pins the state root, the registry and the inbox for a
+// reader: nothing is created, and a missing directory is errAbsent.
+func openInboxReader(h *home.Home) (*dirs, error) {
+	d, err := openDirs(h, false, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.openInbox(false); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Result is one captured result as listed by Inbox.
+type Result struct {
+	Meta
+	Path    string `json:"path"`
+	Handled bool   `json:"handled"`
+}
+
+// Inbox lists every captured result of h in source-id and sequence order
+// ([CAP-8]). An absent inbox is empty and is not created.
+func Inbox(h *home.Home) ([]Result, error) {
+	d, err := openInboxReader(h)
+	if err == nil {
+		defer d.close()
+	}
+	if err == errAbsent {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d.results()
+}
+
+func (d *dirs) results() ([]Result, error) {
+	names, err := namesAt(d.inbox)
+	if err != nil {
+		return nil, err
+	}
+	handled := map[string]bool{}
+	for _, n := range names {
+		if id, seq, s, ok := parseName(n); ok && s == handledSuffix {
+			handled[name(id, seq, "")] = true
+		}
+	}
+	var out []Result
+	for _, n := range names {
+		id, seq, s, ok := parseName(n)
+		if !ok || s != resultSuffix {
+			continue
+		}
+		m, err := d.readMeta(id, seq)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Result{Meta: *m, Path: filepath.Join(d.inbox.Name(), n), Handled: handled[name(id, seq, "")]})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].SourceID != out[j].SourceID {
+			return out[i].SourceID < out[j].SourceID
+		}
+		return out[i].Sequence < out[j].Sequence
+	})
+	return out, nil
+}
+
+func (d *dirs) readMeta(id string, seq int64) (*Meta, error) {
+	n := name(id, seq, metaSuffix)
+	data, err := fsutil.ReadPrivateAt(d.inbox, n, maxMeta)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, errcode.New(errcode.SchemaInvalid, "captured result %s has no %s", name(id, seq, resultSuffix), n)
+		}
+		return nil, err
+	}
+	var m Meta
+	what := "result meta " + filepath.Join(d.inbox.Name(), n)
+	if err := strictjson.Decode(data, maxMeta, what, &m); err != nil {
+		return nil, err
+	}
+	if err := m.validate(what); err != nil {
+		return nil, err
+	}
+	if m.SourceID != id || m.Sequence != seq {
+		return nil, errcode.New(errcode.SchemaInvalid, "%s: names %s.%d", what, m.SourceID, m.Sequence)
+	}
+	return &m, nil
+}
+
+// loaded is one result read back from the inbox for classification.
+type loaded struct {
+	meta    *Meta
+	path    string
+	content []byte
+}
+
+// loadResult reads the result file path, which must sit directly inside the
+// canonical inbox of h ([CAP-5], [OP-2]); anything else is path-unsafe.
+func loadResult(h *home.Home, path string) (*loaded, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil || filepath.Dir(abs) != h.Inbox() {
+		return nil, errcode.New(errcode.PathUnsafe, "result file %q must sit directly inside the inbox %q", path, h.Inbox())
+	}
+	id, seq, suffix, ok := parseName(filepath.Base(abs))
+	if !ok || suffix != resultSuffix {
+		return nil, errcode.New(errcode.PathUnsafe, "%q is not a result file (<source-id>.<seq>.result)", path)
+	}
+	d, err := openInboxReader(h)
+	if err == nil {
+		defer d.close()
+	}
+	if err == errAbsent {
+		return nil, errcode.New(errcode.PathUnsafe, "the inbox %q does not exist", h.Inbox())
+	}
+	if err != nil {
+		return nil, err
+	}
+	content, err := fsutil.ReadPrivateAt(d.inbox, filepath.Base(abs), protocol.MaxContent)
+	if os.IsNotExist(err) {
+		return nil, errcode.New(errcode.SourceMissing, "no captured result %q; see fm procevent inbox", abs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := d.readMeta(id, seq)
+	if err != nil {
+		return nil, err
+	}
+	return &loaded{meta: m, path: abs, content: content}, nil
+}
+
+// dependsOn reports whether an unhandled result of m pins the binding b.
+func (m *Meta) dependsOn(b *binding.Binding) bool {
+	return m.Kind == KindExtension && m.BindingDigest == b.Digest
+}

@@ -1,0 +1,198 @@
+package procevent
+
+import (
+	"fmt"
+	"slices"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/protocol"
+)
+
+// Condition selects a retire form ([REG-4]). At most one field is set; the
+// zero Condition is the bare form.
+type Condition struct {
+	// IfOwner retires only the generation with this token. Once that
+	// generation is gone (retired, or replaced by a newer one) the retire is
+	// a no-op that succeeds: it is idempotent and never touches a
+	// replacement.
+	IfOwner string
+	// IfMatches retires a built-in registration only if it is exactly this
+	// adapter and argv. Nothing registered is a no-op that succeeds.
+	IfMatches *Match
+	// IfAbsent succeeds only if nothing is registered (source-active
+	// otherwise); it retires nothing.
+	IfAbsent bool
+}
+
+// Match is the complete content of a built-in registration.
+type Match struct {
+	Adapter string
+	Argv    []string
+}
+
+// decide reports whether r (nil when nothing is registered) is to be removed,
+// or why the retire is refused.
+func (c Condition) decide(id string, r *Registration) (bool, error) {
+	switch {
+	case c.IfAbsent:
+		if r != nil {
+			return false, errcode.New(errcode.SourceActive, "source %q is registered (%s from %s); --if-absent retires nothing", id, r.Adapter, r.Owner())
+		}
+		return false, nil
+	case c.IfOwner != "":
+		return r != nil && r.Token == c.IfOwner, nil
+	case c.IfMatches != nil:
+		if r == nil {
+			return false, nil
+		}
+		if r.External() || r.Adapter != c.IfMatches.Adapter || !slices.Equal(r.Argv, c.IfMatches.Argv) {
+			return false, errcode.New(errcode.OwnerTokenMismatch, "source %q is registered as %s from %s with another argv; it does not match, nothing was retired", id, r.Adapter, r.Owner())
+		}
+		return true, nil
+	}
+	switch {
+	case r == nil:
+		return false, errcode.New(errcode.SourceMissing, "no source %q is registered; see fm procevent list", id)
+	case r.External():
+		return false, errcode.New(errcode.OwnerTokenMismatch, "source %q is an extension registration; retire it with --if-owner <its owner token>", id)
+	}
+	return true, nil
+}
+
+// Retire retires the registration of source id under condition c ([REG-4]).
+// A running poll of the source is stopped first (its exact process group,
+// through the runner; see claim.go), the groups dead runners left for it are
+// resolved, and only then is the record removed. It refuses while the poll
+// does not stop or a group cannot be proved gone.
+func Retire(h *home.Home, id string, c Condition) error {
+	if err := protocol.CheckSourceID(id); err != nil {
+		return err
+	}
+	if c.IfOwner != "" && !binding.CheckDigest(c.IfOwner) {
+		return errcode.New(errcode.Usage, "--if-owner %q must be sha256:<64 lowercase hex>", c.IfOwner)
+	}
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		_, err = c.decide(id, nil)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	return d.retire(id, c.decide)
+}
+
+// retire removes the registration of id when decide says so, deciding once
+// without the claim (so a refused retire never stops a poll) and again while
+// holding it.
+func (d *dirs) retire(id string, decide func(string, *Registration) (bool, error)) error {
+	current := func() (*Registration, error) {
+		r, err := readRegistration(d.reg, id)
+		if errcode.Is(err, errcode.SourceMissing) {
+			return nil, nil
+		}
+		return r, err
+	}
+	r, err := current()
+	if err != nil {
+		return err
+	}
+	if ok, err := decide(id, r); !ok || err != nil {
+		return err
+	}
+	release, err := d.awaitClaim(id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if r, err = current(); err != nil {
+		return err
+	}
+	if ok, err := decide(id, r); !ok || err != nil {
+		return err
+	}
+	if err := cleanupSource(d.h, id); err != nil {
+		return err
+	}
+	return removeAt(d.reg, id+sourceSuffix)
+}
+
+// Sweep retires every registration of the home with its stored identity and
+// then proves every invocation group of the home gone ([LIFE-3]). It returns
+// how many registrations it attempted. With preflight it only checks that
+// the registry and the invocation records are readable and valid, changes
+// nothing, and returns how many it would attempt.
+func Sweep(h *home.Home, preflight bool) (int, error) {
+	regs, err := Sources(h)
+	if err != nil {
+		return 0, err
+	}
+	if preflight {
+		_, err := launch.List(h.Invocations())
+		return len(regs), err
+	}
+	var failed []string
+	if len(regs) > 0 {
+		d, err := openDirs(h, false, false)
+		if err != nil {
+			return 0, err
+		}
+		defer d.close()
+		for _, r := range regs {
+			same := func(_ string, cur *Registration) (bool, error) { return cur != nil && cur.Token == r.Token, nil }
+			if err := d.retire(r.SourceID, same); err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", r.SourceID, err))
+			}
+		}
+	}
+	if _, err := cleanupDead(h); err != nil {
+		failed = append(failed, err.Error())
+	} else if live, err := launch.List(h.Invocations()); err != nil || len(live) > 0 {
+		failed = append(failed, fmt.Sprintf("%d live invocation(s) remain in %q", len(live), h.Invocations()))
+	}
+	if len(failed) > 0 {
+		return len(regs), errcode.New(errcode.RetirementPartial, "sweep of %d registration(s) is incomplete, retry: %s", len(regs), failed[0])
+	}
+	return len(regs), nil
+}
+
+// Preflight is the process-event dependency check of retire-binding
+// ([LIFE-2]): it refuses (binding-in-use) while a registration or an
+// unhandled captured result depends on the binding.
+//
+// Dependence is by binding digest, the exact identity: an extension
+// registration depends on the binding it was registered with (its
+// binding_digest), and an unhandled extension result on the binding recorded
+// in its meta, because that binding is the only owner allowed to classify it
+// and give its verdicts. A registration or result of another binding of the
+// same extension id does not pin this one (it can no longer run against it
+// anyway). A registry or inbox that cannot be read refuses too: no
+// dependency can then be ruled out.
+func Preflight(h *home.Home) host.Preflight {
+	return func(b *binding.Binding) error {
+		regs, err := Sources(h)
+		if err != nil {
+			return err
+		}
+		for _, r := range regs {
+			if r.External() && r.BindingDigest == b.Digest {
+				return errcode.New(errcode.BindingInUse, "source %q is registered with binding %s; retire it first (fm procevent retire %s --if-owner <its owner token>)", r.SourceID, b.Digest, r.SourceID)
+			}
+		}
+		results, err := Inbox(h)
+		if err != nil {
+			return err
+		}
+		for _, res := range results {
+			if !res.Handled && res.dependsOn(b) {
+				return errcode.New(errcode.BindingInUse, "captured result %q of binding %s is unhandled; handle it first (fm procevent handled %s %d)", res.Path, b.Digest, res.SourceID, res.Sequence)
+			}
+		}
+		return nil
+	}
+}

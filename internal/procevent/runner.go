@@ -1,0 +1,241 @@
+package procevent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/protocol"
+)
+
+// Status is what one runner pass did ([RUN-1]).
+type Status string
+
+// The statuses of a runner pass.
+const (
+	Captured     Status = "captured"
+	NoResult     Status = "no-result"
+	AlreadyOwned Status = "already owned"
+)
+
+// Outcome is the result of one runner pass over one source.
+type Outcome struct {
+	SourceID string
+	Status   Status
+	Path     string // the captured result, when Status is Captured
+	Sequence int64
+	Evidence bool // the capture is failure evidence [OP-3]
+	Silent   bool // the silent verdict marked it handled; it was not announced
+	Retired  bool // the terminal verdict retired the polled generation
+}
+
+// Start is the generic runner ([RUN-1]): one attached poll of source id, then
+// capture, announcement, and the silent and terminal verdicts.
+//
+// The order is fixed, and each step happens only after the previous one is
+// durable:
+//
+//  1. claim the source [RUN-4] (or report AlreadyOwned), read its current
+//     generation;
+//  2. for an extension, check the external boundary [CAP-6] on the pinned
+//     handles, then resolve the groups that dead runners of this source left
+//     (launch.Cleanup); an unresolved one refuses the poll, because two
+//     polls of one source must never run at once;
+//  3. poll: the built-in argv, or source.poll on exactly the registered
+//     binding with the request id of [RID-1] (adapter, source, next
+//     sequence, token, package digest), so a retry before a capture repeats
+//     the id and the first poll after a capture gets the next one;
+//  4. no result: nothing is written. A result, or for an extension any
+//     failure as evidence, is captured [CAP-1];
+//  5. for a result (never for evidence), the silent verdict: true marks it
+//     handled and it is not announced; otherwise one check wake announces it
+//     [CAP-2];
+//  6. for a result, the terminal verdict: true retires exactly the polled
+//     generation [CAP-4].
+//
+// A poll cancelled by ctx or stopped by a retire captures nothing; the next
+// poll reuses its request id.
+func Start(ctx context.Context, h *home.Home, id string) (*Outcome, error) {
+	if err := protocol.CheckSourceID(id); err != nil {
+		return nil, err
+	}
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return nil, errcode.New(errcode.SourceMissing, "no source %q is registered; see fm procevent list", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	return d.run(ctx, id)
+}
+
+func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
+	c, err := d.claim(id)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return &Outcome{SourceID: id, Status: AlreadyOwned}, nil
+	}
+	defer c.release()
+	// Watch for a retire's stop request from the moment of the claim: a
+	// retire may be waiting for exactly this claim.
+	pctx, endWatch, err := d.watchStop(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer endWatch()
+	if context.Cause(pctx) == errStopped {
+		return nil, stopped(id)
+	}
+	r, err := readRegistration(d.reg, id)
+	if err != nil {
+		return nil, err
+	}
+	if r.External() {
+		if err := d.tighten(); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.openInbox(true); err != nil {
+		return nil, err
+	}
+	if err := cleanupSource(d.h, id); err != nil {
+		return nil, err
+	}
+	seq, err := d.nextSeq(id)
+	if err != nil {
+		return nil, err
+	}
+
+	content, evidence, owner, err := d.poll(pctx, r, seq)
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{SourceID: id, Status: NoResult}
+	if content == nil {
+		return out, nil
+	}
+	m, path, err := d.capture(r, seq, content, evidence)
+	if err != nil {
+		return nil, err
+	}
+	out.Status, out.Path, out.Sequence, out.Evidence = Captured, path, seq, evidence
+	var v *verdicts
+	if !evidence {
+		v = &verdicts{h: d.h, meta: m, owner: owner, content: content}
+		if v.is(pctx, protocol.OpSilent) {
+			if _, err := d.markHandled(id, seq, HandledBySilent); err != nil {
+				return out, err
+			}
+			out.Silent = true
+		}
+	}
+	if !out.Silent {
+		if err := announce(d.state, m); err != nil {
+			return out, errcode.Wrap(errcode.Of(err), err, "captured %s but could not announce it (fm procevent reconcile re-announces it)", path)
+		}
+	}
+	if v != nil && v.is(pctx, protocol.OpTerminal) {
+		if err := d.retireGeneration(r); err != nil {
+			return out, err
+		}
+		out.Retired = true
+	}
+	return out, nil
+}
+
+// poll runs one poll of r. It returns the bytes to capture (nil for no
+// result), whether they are failure evidence, and the extension binding that
+// answered. A built-in failure and any interrupted poll are errors: nothing is
+// captured for them.
+func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) ([]byte, bool, *binding.Binding, error) {
+	var (
+		out []byte
+		b   *binding.Binding
+		err error
+	)
+	if r.External() {
+		b, err = registeredBinding(d.h, r)
+		if err == nil {
+			in := protocol.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest))
+		}
+	} else {
+		out, err = pollBuiltin(ctx, r.Argv)
+	}
+	switch {
+	case err == nil:
+		return out, false, b, nil
+	case errors.Is(context.Cause(ctx), errStopped):
+		return nil, false, nil, stopped(r.SourceID)
+	case ctx.Err() != nil:
+		return nil, false, nil, errcode.New(errcode.ProcessFailed, "the poll of %q was interrupted; nothing was captured (the next poll repeats its request id)", r.SourceID)
+	case r.External():
+		return evidenceFor(err, r.ExtensionID), true, nil, nil
+	}
+	return nil, false, nil, err
+}
+
+// stopped is the error of a pass that a retire's stop request ended.
+func stopped(id string) error {
+	return &errcode.Error{Code: errcode.SourceActive, Msg: fmt.Sprintf("the poll of %q was stopped by a retire; nothing was captured", id), Err: errStopped}
+}
+
+// registeredBinding resolves the binding of r's adapter and requires it to
+// be exactly the registered one: a retired, replaced or re-bound binding is
+// a failure (captured as evidence), never a silent switch to other code.
+func registeredBinding(h *home.Home, r *Registration) (*binding.Binding, error) {
+	b, err := host.Resolve(h, r.Adapter)
+	if err != nil {
+		return nil, err
+	}
+	if b.Digest != r.BindingDigest || b.PackageDigest != r.PackageDigest || b.ExtensionID != r.ExtensionID {
+		return nil, errcode.New(errcode.IntegrityMismatch, "adapter %q is now bound by %s (binding %s), not by the %s@%s binding %s that source %q was registered with; register the source again", r.Adapter, b.ExtensionID, b.Digest, r.ExtensionID, r.ExtensionVersion, r.BindingDigest, r.SourceID)
+	}
+	return b, nil
+}
+
+// retireGeneration removes r's registration if it is still exactly that
+// generation. The caller holds the claim.
+func (d *dirs) retireGeneration(r *Registration) error {
+	cur, err := readRegistration(d.reg, r.SourceID)
+	if errcode.Is(err, errcode.SourceMissing) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur.Token != r.Token {
+		return nil
+	}
+	return removeAt(d.reg, r.SourceID+sourceSuffix)
+}
+
+// cleanupSource resolves the owner records that dead hosts left for polls of
+// source id (live invocations are not touched); process-cleanup-failed while
+// any stays unproven.
+func cleanupSource(h *home.Home, id string) error {
+	_, err := cleanupRecords(h, func(r launch.Record) bool { return r.SourceID == id })
+	return err
+}
+
+// cleanupDead resolves every owner record whose host is dead.
+func cleanupDead(h *home.Home) (int, error) {
+	return cleanupRecords(h, func(launch.Record) bool { return true })
+}
+
+// cleanupRecords runs launch.Cleanup on the records of dead hosts that match.
+func cleanupRecords(h *home.Home, match func(launch.Record) bool) (int, error) {
+	if _, err := os.Lstat(h.Invocations()); os.IsNotExist(err) {
+		return 0, nil
+	}
+	return launch.Cleanup(h.Invocations(), func(r launch.Record) bool { return !r.HostLive && match(r) })
+}

@@ -1,0 +1,276 @@
+package procevent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+)
+
+// Supervision [RUN-2].
+//
+// serve keeps every registered source polling: one goroutine per source runs
+// the generic runner (Start) again and again, so there is at most one poll
+// per source (the claim guarantees it across processes too). Between two
+// polls of a source it waits MinGap; after a failure (an error, or captured
+// failure evidence) it backs off exponentially from 2*MinGap up to
+// MaxBackoff, and a success or a no-result resets the backoff. Every Rescan
+// it re-reads the registry: a new registration gets its goroutine, and a
+// goroutine whose source was retired ends at its next pass. Every
+// maintainEvery (and at start) it runs the maintenance half of a cycle:
+// resolve the groups dead hosts left (launch.Cleanup on every record whose
+// host is dead: a killed runner leaves the records of its polls and of their
+// handshakes, and the latter carry no source id) and re-announce unhandled
+// results (see announce.go).
+//
+// One serve per home: it holds an exclusive flock on
+// <state>/procevent/serve.lock for its life (the kernel drops it if serve
+// dies). On ctx cancellation (TERM/INT) every running poll's context is
+// cancelled, which makes the launch supervision stop that poll's exact
+// process group; serve returns once every goroutine has ended. A poll
+// stopped this way captures nothing and is repeated with the same request id
+// by the next runner. If serve is killed outright, its polls' groups keep
+// their owner records; the next serve (or reconcile, or start of that
+// source) proves them gone before polling again, and every capture that was
+// published before the kill is already durable.
+
+// ServeOptions tune serve and reconcile; start from DefaultServeOptions.
+type ServeOptions struct {
+	MinGap     time.Duration // between two polls of one source
+	MaxBackoff time.Duration // ceiling of the failure backoff
+	Rescan     time.Duration // registry rescan period
+	Reannounce time.Duration // re-announce interval; 0 re-announces every cycle
+	// Log receives one line per notable event, one call at a time; nil
+	// discards them.
+	Log func(line string)
+}
+
+// DefaultServeOptions are the defaults of serve and reconcile.
+func DefaultServeOptions() ServeOptions {
+	return ServeOptions{MinGap: time.Second, MaxBackoff: 5 * time.Minute, Rescan: 2 * time.Second, Reannounce: DefaultReannounce}
+}
+
+const maintainEvery = 30 * time.Second
+
+func (o *ServeOptions) check() error {
+	if o.MinGap <= 0 || o.MaxBackoff < o.MinGap || o.Rescan <= 0 || o.Reannounce < 0 {
+		return errcode.New(errcode.Usage, "--min-gap and --rescan must be positive, --max-backoff at least --min-gap, --reannounce-after not negative")
+	}
+	if o.Log == nil {
+		o.Log = func(string) {}
+	}
+	return nil
+}
+
+// Line is the [RUN-1] text of an outcome: one or two lines, no newline at
+// the end.
+func (o *Outcome) Line() string {
+	switch o.Status {
+	case Captured:
+		s := "captured: " + o.Path
+		if o.Retired {
+			s += "\nretired: " + o.SourceID + " (terminal)"
+		}
+		return s
+	case NoResult:
+		return "no-result: " + o.SourceID
+	}
+	return "already owned: " + o.SourceID
+}
+
+// Serve runs the supervisor until ctx is done.
+func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	d, err := openDirs(h, false, true)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	lock, err := lockFile(d.reg, "serve.lock")
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if ok, err := tryLock(lock, unix.LOCK_EX); err != nil {
+		return err
+	} else if !ok {
+		return errcode.New(errcode.SourceActive, "another fm procevent serve is running for home %q", h.Dir)
+	}
+	s := &supervisor{h: h, o: o, running: map[string]bool{}}
+	s.maintain(d)
+	rescan := time.NewTicker(o.Rescan)
+	defer rescan.Stop()
+	last := time.Now()
+	for {
+		s.rescan(ctx, d)
+		select {
+		case <-ctx.Done():
+			s.wg.Wait()
+			return nil
+		case <-rescan.C:
+		}
+		if time.Since(last) >= maintainEvery {
+			s.maintain(d)
+			last = time.Now()
+		}
+	}
+}
+
+type supervisor struct {
+	h       *home.Home
+	o       ServeOptions
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	running map[string]bool
+	logMu   sync.Mutex
+}
+
+func (s *supervisor) log(format string, args ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	s.o.Log(fmt.Sprintf(format, args...))
+}
+
+// maintain resolves dead runners' groups and re-announces; failures are
+// logged and retried at the next maintenance.
+func (s *supervisor) maintain(d *dirs) {
+	n, err := cleanupDead(s.h)
+	if n > 0 {
+		s.log("cleaned-invocations: %d", n)
+	}
+	if err != nil {
+		s.log("failed: cleanup (%s): %v", errcode.Of(err), err)
+	}
+	if n, err := d.reannounce(s.o.Reannounce); err != nil {
+		s.log("failed: re-announce (%s): %v", errcode.Of(err), err)
+	} else if n > 0 {
+		s.log("reannounced: %d", n)
+	}
+}
+
+// rescan starts a goroutine for every registered source that has none.
+func (s *supervisor) rescan(ctx context.Context, d *dirs) {
+	ids, err := sourceIDs(d.reg)
+	if err != nil {
+		s.log("failed: rescan (%s): %v", errcode.Of(err), err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if s.running[id] || ctx.Err() != nil {
+			continue
+		}
+		s.running[id] = true
+		s.wg.Go(func() {
+			s.source(ctx, id)
+			s.mu.Lock()
+			delete(s.running, id)
+			s.mu.Unlock()
+		})
+	}
+}
+
+// source polls one source until it is retired or ctx is done.
+func (s *supervisor) source(ctx context.Context, id string) {
+	var backoff time.Duration
+	for {
+		out, err := Start(ctx, s.h, id)
+		if ctx.Err() != nil {
+			return
+		}
+		failed := err != nil || out.Evidence
+		switch {
+		case errcode.Is(err, errcode.SourceMissing):
+			return
+		case errors.Is(err, errStopped):
+			s.log("stopped: %s (a retire stopped its poll)", id)
+			failed = false
+		case err != nil:
+			s.log("failed: %s (%s): %v", id, errcode.Of(err), err)
+		case out.Status == Captured:
+			s.log("%s", out.Line())
+		}
+		if failed {
+			backoff = min(max(2*s.o.MinGap, 2*backoff), s.o.MaxBackoff)
+		} else {
+			backoff = 0
+		}
+		if out != nil && out.Retired {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(s.o.MinGap, backoff)):
+		}
+	}
+}
+
+// Report is what one reconcile cycle did.
+type Report struct {
+	Outcomes    []*Outcome       // per polled source, in source-id order
+	Failures    map[string]error // per source whose pass failed
+	Cleaned     int              // owner records of dead runners resolved
+	Reannounced int
+}
+
+// Reconcile runs one supervision cycle and returns ([RUN-2]): resolve the
+// groups dead runners left, re-announce unhandled results, then poll every
+// registered source once, concurrently (a source whose claim is held reports
+// AlreadyOwned). A home with no registry has nothing to do and gets nothing
+// created. A failure of one source does not stop the others.
+func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Failures: map[string]error{}}
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return rep, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	// A group that stays unproven here refuses only its own source's poll
+	// (Start checks again), so its error is reported there, per source.
+	rep.Cleaned, _ = cleanupDead(h)
+	if rep.Reannounced, err = d.reannounce(o.Reannounce); err != nil {
+		return nil, err
+	}
+	ids, err := sourceIDs(d.reg)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, id := range ids {
+		wg.Go(func() {
+			out, err := Start(ctx, h, id)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errcode.Is(err, errcode.SourceMissing):
+			case err != nil:
+				rep.Failures[id] = err
+			default:
+				rep.Outcomes = append(rep.Outcomes, out)
+			}
+		})
+	}
+	wg.Wait()
+	sort.Slice(rep.Outcomes, func(i, j int) bool { return rep.Outcomes[i].SourceID < rep.Outcomes[j].SourceID })
+	return rep, nil
+}

@@ -1,0 +1,198 @@
+package procevent_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procevent"
+)
+
+// serve starts `fm procevent serve` with a short gap and rescan.
+func (f *fixture) serve(extra ...string) (*exec.Cmd, *syncBuffer) {
+	f.t.Helper()
+	cmd := f.fmCmd(append([]string{"procevent", "serve", "--min-gap", "200ms", "--rescan", "200ms"}, extra...)...)
+	out := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, out
+}
+
+// results counts the captured results per source.
+func (f *fixture) results() map[string]int {
+	n := map[string]int{}
+	for _, name := range f.inbox() {
+		if s, ok := strings.CutSuffix(name, ".result"); ok {
+			n[s[:strings.LastIndexByte(s, '.')]]++
+		}
+	}
+	return n
+}
+
+// pids lists the process groups of every invoke the fake has run.
+func (f *fixture) pids() []int {
+	var out []int
+	for _, s := range strings.Fields(f.read(filepath.Join(f.extState, "pids"))) {
+		p, _ := strconv.Atoi(s)
+		out = append(out, p)
+	}
+	return out
+}
+
+// maxOverlap is the highest number of polls the fake saw running at once,
+// from its "start|end <source> <unix time>" lines; it also checks that no
+// source ever had two polls at once [RUN-4].
+func (f *fixture) maxOverlap() int {
+	f.t.Helper()
+	type ev struct {
+		at    float64
+		delta int
+	}
+	var evs []ev
+	running := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(f.read(filepath.Join(f.extState, "times"))), "\n") {
+		fs := strings.Fields(l)
+		at, _ := strconv.ParseFloat(fs[2], 64)
+		d := 1
+		if fs[0] == "end" {
+			d = -1
+		}
+		evs = append(evs, ev{at, d})
+		if running[fs[1]] += d; running[fs[1]] > 1 {
+			f.t.Fatalf("source %s had two polls at once:\n%s\nlog:\n%s", fs[1], f.read(filepath.Join(f.extState, "times")), f.read(filepath.Join(f.extState, "log")))
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		return evs[i].at < evs[j].at || (evs[i].at == evs[j].at && evs[i].delta < evs[j].delta)
+	})
+	cur, best := 0, 0
+	for _, e := range evs {
+		cur += e.delta
+		best = max(best, cur)
+	}
+	return best
+}
+
+// [RUN-2] [RUN-4] [CAP-1] [GRP-3]: serve polls 50 sources concurrently, one
+// poll per source at a time, picks up registrations and retirements live,
+// refuses a second serve, and stops cleanly on TERM. A kill -9 of serve
+// loses no captured result, and the next serve proves the killed polls'
+// groups gone before polling again.
+//
+// It runs alone (not in parallel), so the load of 50 concurrent polls does not
+// slow the other tests' timed polls.
+func TestServeFiftySources(t *testing.T) {
+	f := newFixture(t)
+	f.bind()
+	tokens := map[string]string{}
+	for i := range 50 {
+		id := fmt.Sprintf("s%02d", i)
+		r, err := procevent.RegisterExtension(context.Background(), f.h, "sig", id, "ref")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = r.Token
+	}
+	f.mode("poll", "slow")
+	begin := time.Now()
+	serve, log := f.serve()
+	waitFor(t, 30*time.Second, "a capture from every source", func() bool { return len(f.results()) == 50 })
+	first := time.Since(begin)
+	if n := f.maxOverlap(); n < 40 {
+		t.Fatalf("at most %d of 50 polls ran at once", n)
+	}
+	t.Logf("50 sources: one 2 s poll each captured after %s", first.Round(time.Millisecond))
+
+	f.fails("source-active", "procevent", "serve")
+
+	// Live pick-up of a new registration and of a retirement.
+	f.ok("procevent", "retire", "s00", "--if-owner", tokens["s00"])
+	f.registerExt("s50")
+	waitFor(t, 20*time.Second, "the new source's capture", func() bool { return f.results()["s50"] > 0 })
+	retiredAt := len(f.log("poll s00"))
+	time.Sleep(time.Second)
+	if n := len(f.log("poll s00")); n != retiredAt {
+		t.Fatalf("a retired source was polled again (%d -> %d polls)", retiredAt, n)
+	}
+
+	// kill -9 while every source is in a poll that will not end on its own.
+	f.mode("poll", "gate")
+	waitFor(t, 20*time.Second, "gated polls in flight", func() bool {
+		ents, _ := filepath.Glob(filepath.Join(f.extState, "started.*"))
+		return len(ents) >= 40
+	})
+	before := f.results()
+	serve.Process.Signal(syscall.SIGKILL)
+	serve.Wait()
+	orphans := f.pids()
+	recs, err := launch.List(f.h.Invocations())
+	if err != nil || len(recs) < 40 {
+		t.Fatalf("after kill -9: %v, %d owner records", err, len(recs))
+	}
+	for _, name := range f.inbox() {
+		if s, ok := strings.CutSuffix(name, ".result"); ok && !contains(f.inbox(), s+".meta.json") {
+			t.Fatalf("%s has no meta", name)
+		}
+	}
+
+	f.mode("poll", "result")
+	f.release()
+	serve, log = f.serve("--reannounce-after", "0")
+	waitFor(t, 20*time.Second, "the killed serve's groups to be proved gone", func() bool {
+		for _, p := range orphans {
+			if !groupGone(p) {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 20*time.Second, "new captures after the restart", func() bool { return f.results()["s01"] > before["s01"] })
+	after := f.results()
+	for id, n := range before {
+		if after[id] < n {
+			t.Fatalf("source %s lost captures: %d -> %d", id, n, after[id])
+		}
+	}
+	keys := map[string]bool{}
+	for _, w := range f.wakes() {
+		keys[w.Key] = true
+	}
+	for id, n := range before {
+		for seq := 1; seq <= n; seq++ {
+			if !keys[fmt.Sprintf("procevent:%s:%d", id, seq)] {
+				t.Fatalf("captured result %s.%d was never announced", id, seq)
+			}
+		}
+	}
+
+	serve.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- serve.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v\n%s", err, log.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop within 15 s of SIGTERM")
+	}
+	for _, p := range f.pids() {
+		if !groupGone(p) {
+			t.Fatalf("group %d outlived serve", p)
+		}
+	}
+	if recs, err := launch.List(f.h.Invocations()); err != nil || len(recs) != 0 {
+		t.Fatalf("after TERM: %v, records %+v", err, recs)
+	}
+}

@@ -1,0 +1,64 @@
+#!/bin/sh
+# Fake process-event adapter for the procevent tests. Its behaviour per
+# operation comes from $FIRSTMATE_EXTENSION_STATE/mode-<operation> (poll,
+# classify, terminal, silent); a file mode-poll.<source-id> overrides mode-poll
+# for one source. It appends "<operation> <source-id> <request-id>" to
+# $state/log for every invoke, the whole request to $state/requests, and its
+# pid (= its process group) to $state/pids.
+#
+# poll modes: result (default; output "event <source-id> <request-id>"),
+#   text:<output>, no-result, crash, exit7, hang, malformed, ok-false,
+#   gate (write $state/started.<source-id>, wait for $state/release, result),
+#   slow (record start and end times in $state/times, sleep 2, result).
+# classify: the token in mode-classify (default fake-class).
+# terminal, silent: true or false (default false), or crash.
+state=$FIRSTMATE_EXTENSION_STATE
+req=$(cat)
+field() { printf '%s' "$req" | sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p"; }
+rid=$(field request_id)
+
+if [ "$1" = handshake ]; then
+	names=$(printf '%s' "$req" | sed -n 's/.*"adapter_names":\(\[[^]]*\]\).*/\1/p')
+	printf '{"adapter_names":%s,"capability":"process-event-adapter","capability_version":1,"extension_id":"%s","extension_version":"%s","host_protocol":1,"request_id":"%s","schema":"firstmate.extension-handshake-response.v1"}' \
+		"$names" "$FIRSTMATE_EXTENSION_ID" "$FIRSTMATE_EXTENSION_VERSION" "$rid"
+	exit 0
+fi
+
+op=$(field operation)
+op=${op#*.}
+src=$(field source_id)
+echo "$op $src $rid" >>"$state/log"
+printf '%s\n' "$req" >>"$state/requests"
+echo "$$" >>"$state/pids"
+mode=
+[ -f "$state/mode-$op.$src" ] && mode=$(cat "$state/mode-$op.$src")
+[ -z "$mode" ] && [ -f "$state/mode-$op" ] && mode=$(cat "$state/mode-$op")
+
+ok() { printf '{"error":null,"ok":true,"request_id":"%s","result":%s,"schema":"firstmate.extension-response.v1"}' "$rid" "$1"; }
+result() { ok "{\"output\":\"$1\",\"status\":\"result\"}"; }
+
+case $op:$mode in
+poll: | poll:result) result "event $src $rid" ;;
+poll:text:*) result "${mode#text:}" ;;
+poll:no-result) ok '{"output":"","status":"no-result"}' ;;
+poll:crash) kill -KILL $$ ;;
+poll:exit7) exit 7 ;;
+poll:hang) sleep 60 ;;
+poll:malformed) printf '{"error":null,"ok":true,' ;;
+poll:ok-false) printf '{"error":{"code":"unavailable","diagnostic":"PACKAGE-SECRET-TEXT","retryable":true},"ok":false,"request_id":"%s","result":null,"schema":"firstmate.extension-response.v1"}' "$rid" ;;
+poll:gate)
+	: >"$state/started.$src"
+	i=0
+	while [ ! -f "$state/release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+	result "event $src $rid" ;;
+poll:slow)
+	echo "start $src $(date +%s.%N)" >>"$state/times"
+	sleep 2
+	echo "end $src $(date +%s.%N)" >>"$state/times"
+	result "event $src $rid" ;;
+classify:) ok '{"classification":"fake-class"}' ;;
+classify:*) ok "{\"classification\":\"$mode\"}" ;;
+terminal:crash | silent:crash) exit 7 ;;
+terminal: | silent:) ok '{"value":false}' ;;
+terminal:* | silent:*) ok "{\"value\":$mode}" ;;
+esac

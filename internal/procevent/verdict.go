@@ -1,0 +1,163 @@
+package procevent
+
+import (
+	"context"
+	"unicode/utf8"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/protocol"
+)
+
+// Asking a result's owner [CAP-4], [CAP-5], [CAP-7], [OP-4].
+//
+// A captured result is always interpreted by its captured owner, named by its
+// meta: a built-in result by the adapter script of its adapter, an extension
+// result by exactly the binding recorded in its meta (same extension id and
+// version, capability version, package digest and binding digest). Never by
+// whatever owns the adapter name now: a built-in installed later under the
+// same name never reinterprets an extension result, and a result whose owner
+// binding was retired or replaced cannot be classified until that exact
+// binding is restored.
+//
+// The terminal and silent verdicts change state (a handled marker, a
+// retirement), so they are asked only through verdicts, a value that only
+// the runner creates, in-process, right after it captured the result, from
+// the bytes it holds and the binding it polled with. No command-line
+// argument, environment variable or inherited descriptor is an input to it.
+// Every failure of a verdict is the false path [OP-4].
+
+// verdicts is the runner's one-shot capability to ask a just-captured
+// result's owner for its terminal and silent verdicts. It is unexported and
+// never stored or serialized.
+type verdicts struct {
+	h       *home.Home
+	meta    *Meta
+	owner   *binding.Binding // the extension binding that polled; nil for built-ins
+	content []byte
+}
+
+// is asks the owner op (result.terminal or result.silent); any failure is
+// false.
+func (v *verdicts) is(ctx context.Context, op string) bool {
+	res, err := ask(ctx, v.h, v.meta, v.owner, op, v.content, "")
+	b, ok := res.(*protocol.BoolResult)
+	return err == nil && ok && b.Value
+}
+
+// ask asks the owner of the result m one result operation. b is the owner
+// binding when the caller already holds it; nil resolves it from m. An empty
+// requestID is a fresh random one.
+func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op string, content []byte, requestID string) (any, error) {
+	if m.Kind == KindBuiltin {
+		return askBuiltin(ctx, h, m, op, content)
+	}
+	if !utf8.Valid(content) {
+		return nil, errcode.New(errcode.SchemaInvalid, "result %s.%d is not UTF-8 text; an extension cannot be asked about it", m.SourceID, m.Sequence)
+	}
+	if b == nil {
+		var err error
+		if b, err = ownerBinding(h, m); err != nil {
+			return nil, err
+		}
+	}
+	return host.Invoke(ctx, h, b, host.Call{
+		Adapter:   m.Adapter,
+		Operation: op,
+		Input:     protocol.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)},
+		RequestID: requestID,
+		SourceID:  m.SourceID,
+	})
+}
+
+// ownerBinding finds the exact binding recorded in an extension result's
+// meta.
+func ownerBinding(h *home.Home, m *Meta) (*binding.Binding, error) {
+	bs, err := binding.Load(h)
+	if err != nil {
+		return nil, err
+	}
+	b, err := binding.Find(bs, m.ExtensionID)
+	if err != nil {
+		return nil, errcode.New(errcode.BindingMissing, "the owner of result %s.%d, %s@%s (binding %s), is not bound; restore that binding to ask it", m.SourceID, m.Sequence, m.ExtensionID, m.ExtensionVersion, m.BindingDigest)
+	}
+	if b.Digest != m.BindingDigest || b.ExtensionVersion != m.ExtensionVersion || b.PackageDigest != m.PackageDigest || b.Capabilities[0].Version != m.CapabilityVersion || !b.Enables(m.Adapter) {
+		return nil, errcode.New(errcode.OwnerMismatch, "result %s.%d belongs to %s@%s with binding %s, but the current binding of %s is %s; restore the owner binding to ask it", m.SourceID, m.Sequence, m.ExtensionID, m.ExtensionVersion, m.BindingDigest, m.ExtensionID, b.Digest)
+	}
+	return b, nil
+}
+
+// Classify asks the owner of the captured result at path for its
+// classification ([CAP-5]). It changes no state.
+func Classify(ctx context.Context, h *home.Home, path string) (string, error) {
+	l, err := loadResult(h, path)
+	if err != nil {
+		return "", err
+	}
+	res, err := ask(ctx, h, l.meta, nil, protocol.OpClassify, l.content, "")
+	if err != nil {
+		return "", err
+	}
+	return res.(*protocol.ClassifyResult).Classification, nil
+}
+
+// Ask is the direct call of a result operation ([OP-2]): it asks the owner of
+// the extension result at path, which must have been captured for adapter
+// (and, when sourceID is not empty, for that source), with requestID (random
+// when empty). It changes no state: a terminal or silent answer here is only
+// printed, never acted on [CAP-7].
+func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID, requestID string) (any, error) {
+	if op == protocol.OpPoll {
+		return nil, errcode.New(errcode.Usage, "%s takes no --result-file", op)
+	}
+	l, err := loadResult(h, path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case l.meta.Kind != KindExtension:
+		return nil, errcode.New(errcode.AdapterUnbound, "result %q was captured by the built-in adapter %q; use fm procevent classify", path, l.meta.Adapter)
+	case l.meta.Adapter != adapter:
+		return nil, errcode.New(errcode.CapabilityMismatch, "result %q was captured for adapter %q, not %q", path, l.meta.Adapter, adapter)
+	case sourceID != "" && sourceID != l.meta.SourceID:
+		return nil, errcode.New(errcode.Usage, "result %q belongs to source %q, not %q", path, l.meta.SourceID, sourceID)
+	}
+	return ask(ctx, h, l.meta, nil, op, l.content, requestID)
+}
+
+// Poll is the direct call of source.poll ([OP-2]): it resolves the binding of
+// adapter and polls once with requestID (random when empty). It returns the
+// output, or nil for no result, or the failure evidence document ([OP-3]):
+// any failure, including an unresolvable binding, becomes evidence.
+func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInput, requestID string) (output []byte, evidence []byte) {
+	b, err := host.Resolve(h, adapter)
+	if err != nil {
+		return nil, evidenceFor(err, "")
+	}
+	out, err := pollExtension(ctx, h, b, adapter, in, requestID)
+	if err != nil {
+		return nil, evidenceFor(err, b.ExtensionID)
+	}
+	return out, nil
+}
+
+// pollExtension runs source.poll on b; nil output with a nil error is no
+// result.
+func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in protocol.PollInput, requestID string) ([]byte, error) {
+	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: adapter, Operation: protocol.OpPoll, Input: in, RequestID: requestID, SourceID: in.SourceID})
+	if err != nil {
+		return nil, err
+	}
+	if p := res.(*protocol.PollResult); p.Status == "result" {
+		return []byte(p.Output), nil
+	}
+	return nil, nil
+}
+
+// evidenceFor is the captured form of a poll failure: the canonical evidence
+// document of [OP-3] as one line.
+func evidenceFor(err error, extensionID string) []byte {
+	return append(protocol.EvidenceFor(err, extensionID), '\n')
+}

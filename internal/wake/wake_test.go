@@ -1,0 +1,140 @@
+package wake
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+func stateDir(t *testing.T) (string, *os.File) {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return dir, f
+}
+
+// [WAKE-1]: concurrent appends get unique, gap-free queue-seqs; every line
+// has five tab-separated fields, tabs and newlines flattened; the file is a
+// private 0600 file.
+func TestAppendConcurrent(t *testing.T) {
+	dir, state := stateDir(t)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			if _, err := Append(state, "check", "k\t"+string(rune('a'+i%26)), "line one\nline\ttwo"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	ws, err := List(dir, 0)
+	if err != nil || len(ws) != 40 {
+		t.Fatalf("list: %v, %d wakes", err, len(ws))
+	}
+	for i, w := range ws {
+		if w.Seq != int64(i+1) || w.Payload != "line one line two" || strings.ContainsAny(w.Key, "\t\n") || w.Kind != "check" {
+			t.Fatalf("wake %d = %+v", i, w)
+		}
+	}
+	fi, err := os.Lstat(filepath.Join(dir, FileName))
+	if err != nil || fi.Mode() != 0o600 {
+		t.Fatalf("queue mode %v %v", fi.Mode(), err)
+	}
+	if after, _ := List(dir, 38); len(after) != 2 || after[0].Seq != 39 {
+		t.Fatalf("List after 38 = %+v", after)
+	}
+}
+
+// [WAKE-1]: a torn final line (a crash mid-append) is ignored by readers and
+// terminated by the next append, which continues the sequence.
+func TestTornTail(t *testing.T) {
+	dir, state := stateDir(t)
+	if _, err := Append(state, "check", "a", "one"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := os.OpenFile(filepath.Join(dir, FileName), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.WriteString("17000\t2\tche")
+	q.Close()
+	if ws, _ := List(dir, 0); len(ws) != 1 {
+		t.Fatalf("a torn line was listed: %+v", ws)
+	}
+	w, err := Append(state, "check", "b", "two")
+	if err != nil || w.Seq != 2 {
+		t.Fatalf("append after a torn tail: %+v %v", w, err)
+	}
+	if ws, _ := List(dir, 0); len(ws) != 2 || ws[1].Key != "b" {
+		t.Fatalf("after repair: %+v", ws)
+	}
+}
+
+// The queue is refused when it is a link, shared, or not private; a bad kind
+// or an oversized field is refused before anything is written.
+func TestRefusals(t *testing.T) {
+	dir, state := stateDir(t)
+	if _, err := Append(state, "Check!", "k", "p"); err == nil {
+		t.Fatal("a bad kind was accepted")
+	}
+	if _, err := Append(state, "check", strings.Repeat("k", MaxField+1), "p"); err == nil {
+		t.Fatal("an oversized key was accepted")
+	}
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, nil, 0o600)
+	os.Symlink(target, filepath.Join(dir, FileName))
+	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
+		t.Fatalf("append through a symlink: %v", err)
+	}
+	if _, err := List(dir, 0); !errcode.Is(err, errcode.LinkUnsafe) {
+		t.Fatalf("list through a symlink: %v", err)
+	}
+	os.Remove(filepath.Join(dir, FileName))
+	os.WriteFile(filepath.Join(dir, FileName), nil, 0o644)
+	os.Chmod(filepath.Join(dir, FileName), 0o644)
+	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.ModeUnsafe) {
+		t.Fatalf("append to a 0644 queue: %v", err)
+	}
+	if data, _ := os.ReadFile(target); len(data) != 0 {
+		t.Fatal("the link's target was written")
+	}
+}
+
+// [WAKE-2]: Watch emits the queued wakes after `after`, then each new one,
+// follows a queue created after it started, and returns nil on cancel.
+func TestWatch(t *testing.T) {
+	dir, state := stateDir(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan Wake, 10)
+	done := make(chan error, 1)
+	go func() { done <- Watch(ctx, dir, 1, func(w Wake) error { got <- w; return nil }) }()
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := Append(state, "check", k, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"b", "c"} {
+		select {
+		case w := <-got:
+			if w.Key != want {
+				t.Fatalf("watch emitted %+v, want key %s", w, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("watch did not emit %s", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("watch returned %v", err)
+	}
+}
