@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/examples/go-adapter/dirsignal"
+	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
 )
@@ -20,7 +21,11 @@ import (
 const asEntrypoint = "DIRSIGNAL_TEST_AS_ENTRYPOINT"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asEntrypoint) == "1" {
+	// The end-to-end test binds a copy of this binary as the package
+	// entrypoint and runs it through the real host, whose launch barrier
+	// re-executes this binary first.
+	launch.MaybeBarrier()
+	if os.Getenv(asEntrypoint) == "1" || filepath.Base(os.Args[0]) == "firstmate-extension" {
 		main()
 		return
 	}

@@ -87,6 +87,7 @@ func encode(t *testing.T, v any) []byte {
 	return b
 }
 
+// [EX-2] the SDK's Serve: verb dispatch, strict stdin, bounds, error codes.
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"prog"},
@@ -231,6 +232,7 @@ func TestValidRawEnvelopes(t *testing.T) {
 
 // Malformed stdin that hides the request id (or is not JSON at all): nothing
 // on stdout, non-zero exit, for both verbs.
+// [EX-2] the SDK's Serve: verb dispatch, strict stdin, bounds, error codes.
 func TestMalformedStdinUnanswerable(t *testing.T) {
 	big := validInvoke + strings.Repeat(" ", adapter.MaxEnvelopeBytes-len(validInvoke)+1)
 	cases := map[string]string{
@@ -369,6 +371,7 @@ func TestInputValidation(t *testing.T) {
 	}
 }
 
+// [EX-2] the SDK's Serve: verb dispatch, strict stdin, bounds, error codes.
 func TestOperationsRouteToHandler(t *testing.T) {
 	f := newFake()
 	h := adaptertest.New(t, f)
@@ -486,6 +489,7 @@ func TestPollResultBounds(t *testing.T) {
 
 // A valid output whose escaped form pushes the response over 65,536 bytes is
 // answered with an internal error, never with an oversize document.
+// [EX-2] the SDK's Serve: verb dispatch, strict stdin, bounds, error codes.
 func TestOversizeResponseBecomesInternal(t *testing.T) {
 	for name, output := range map[string]string{
 		"control characters": strings.Repeat("\x01", 32768), // each escapes to \u0001
@@ -590,6 +594,7 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 	}
 }
 
+// [EX-2] the SDK's Serve: verb dispatch, strict stdin, bounds, error codes.
 func TestDiagnosticTruncation(t *testing.T) {
 	cases := map[string]struct{ in, want string }{
 		"plain":              {"hello", "hello"},

@@ -86,6 +86,7 @@ func TestHarnessDefaults(t *testing.T) {
 	}
 }
 
+// [EX-2] the in-process test harness for authors.
 func TestHarnessFailsOnViolations(t *testing.T) {
 	msg := fails(t, func(tb testing.TB) {
 		adaptertest.New(tb, tiny{}).InvokeRaw(adaptertest.NewRequestID(), []byte("{"))
