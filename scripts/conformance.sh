@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 contract=${1:-../shared/spec/CONTRACT.md}
-out=docs/conformance.md
+out=${OUT:-docs/conformance.md}
 
 cites=$(mktemp)
 trap 'rm -f "$cites"' EXIT
