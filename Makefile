@@ -16,7 +16,7 @@ demo: build
 vet:
 	$(GO) vet ./...
 
-test: vet test-root test-unprivileged fuzz
+test: vet test-root fuzz test-unprivileged
 
 test-root:
 	$(GO) test -count=1 ./...
