@@ -3,9 +3,11 @@
 #   make demo    runs the main job end to end on a throwaway home
 #   make test    runs every test, as this user and as an unprivileged one
 #   make bench   measures against the floor (see docs/performance.md)
+#   make crash   2,000 crash-injection points; make soak: the 10-minute serve
+#                soak (see docs/reliability.md)
 GO ?= go
 
-.PHONY: build demo test test-root test-unprivileged fuzz bench vet
+.PHONY: build demo test test-root test-unprivileged fuzz bench crash soak vet
 
 build:
 	$(GO) build -o bin/fm ./cmd/fm
@@ -29,3 +31,9 @@ fuzz:
 
 bench: build
 	bash bench/run.sh
+
+crash:
+	bash bench/crash.sh
+
+soak:
+	bash bench/soak.sh

@@ -2,13 +2,24 @@
 package docs
 
 import (
+	"encoding/xml"
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/protocol"
 )
 
 // Every error code has a row in the troubleshooting table (issue 6).
@@ -20,6 +31,281 @@ func TestTroubleshootingTableHasEveryCode(t *testing.T) {
 	for _, c := range errcode.All {
 		if !strings.Contains(string(data), "\n| `"+string(c)+"` |") {
 			t.Errorf("code %s has no row in docs/troubleshooting.md", c)
+		}
+	}
+}
+
+// [CLI-3] The troubleshooting table has a row for exactly the codes of
+// errcode.All, once each, and nothing else.
+func TestTroubleshootingTableHasNoStrayRow(t *testing.T) {
+	data, err := os.ReadFile("troubleshooting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+)` \\|").FindAllStringSubmatch(string(data), -1) {
+		if seen[m[1]] {
+			t.Errorf("code %s has two rows in docs/troubleshooting.md", m[1])
+		}
+		seen[m[1]] = true
+		if !slices.Contains(errcode.All, errcode.Code(m[1])) {
+			t.Errorf("docs/troubleshooting.md has a row for %s, which is not in errcode.All", m[1])
+		}
+	}
+}
+
+// dynamicCodes are the places that build a code at run time, each with the
+// codes it can build: a package's ok=false answer becomes
+// extension-<its code> ([PROTO-4]).
+var dynamicCodes = map[string][]string{
+	`internal/protocol/protocol.go: "extension-" + e.Code`: prefixed("extension-", protocol.PackageErrorCodes),
+}
+
+func prefixed(prefix string, codes []string) []string {
+	out := make([]string, len(codes))
+	for i, c := range codes {
+		out[i] = prefix + c
+	}
+	return out
+}
+
+// [CLI-3] Every error code the code base can produce is in errcode.All (and
+// so, by TestTroubleshootingTableHasEveryCode, in the troubleshooting
+// table): every errcode constant that a Go file of the module (tests aside)
+// uses, every errcode.Code conversion of a literal, and every code that a
+// dynamic conversion listed in dynamicCodes can build. A conversion of
+// anything else fails the test until it is listed there.
+func TestEveryUsedCodeIsListed(t *testing.T) {
+	consts := errcodeConstants(t)
+	for name, value := range consts {
+		if !slices.Contains(errcode.All, errcode.Code(value)) {
+			t.Errorf("errcode.%s (%q) is not in errcode.All", name, value)
+		}
+	}
+	used := map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && x.Name == "errcode" {
+					if v, ok := consts[n.Sel.Name]; ok {
+						used[v] = true
+					}
+				}
+			case *ast.CallExpr:
+				fun, ok := n.Fun.(*ast.SelectorExpr)
+				if !ok || len(n.Args) != 1 {
+					return true
+				}
+				if x, ok := fun.X.(*ast.Ident); !ok || x.Name != "errcode" || fun.Sel.Name != "Code" {
+					return true
+				}
+				if lit, ok := n.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					v, _ := strconv.Unquote(lit.Value)
+					used[v] = true
+					return true
+				}
+				key := rel + ": " + render(fset, n.Args[0])
+				codes, ok := dynamicCodes[key]
+				if !ok {
+					t.Errorf("%s: errcode.Code(%s) builds a code at run time; list the codes it can build in dynamicCodes", fset.Position(n.Pos()), render(fset, n.Args[0]))
+				}
+				for _, c := range codes {
+					used[c] = true
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(used) < 20 {
+		t.Fatalf("found only %d codes in use; is the walk broken?", len(used))
+	}
+	for c := range used {
+		if !slices.Contains(errcode.All, errcode.Code(c)) {
+			t.Errorf("code %q is used in the code base but is not in errcode.All", c)
+		}
+	}
+}
+
+// errcodeConstants returns the Code constants of package errcode by name.
+func errcodeConstants(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../internal/errcode/errcode.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if typ, ok := vs.Type.(*ast.Ident); !ok || typ.Name != "Code" {
+				continue
+			}
+			for i, name := range vs.Names {
+				v, _ := strconv.Unquote(vs.Values[i].(*ast.BasicLit).Value)
+				out[name.Name] = v
+			}
+		}
+	}
+	if len(out) != len(errcode.All) {
+		t.Fatalf("errcode.go declares %d codes, errcode.All lists %d", len(out), len(errcode.All))
+	}
+	return out
+}
+
+// render prints an expression as Go source.
+func render(fset *token.FileSet, e ast.Expr) string {
+	var b strings.Builder
+	printer.Fprint(&b, fset, e)
+	return b.String()
+}
+
+// Every relative link of the repository's Markdown pages names an existing
+// file, and every #fragment a heading of its page (GitHub's anchors), so
+// moving or merging a page cannot leave a dead link behind.
+func TestRelativeLinksResolve(t *testing.T) {
+	pages, err := filepath.Glob("../*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pattern := range []string{"*.md", "../examples/*/README.md", "../pkg/*/*.md"} {
+		more, _ := filepath.Glob(pattern)
+		pages = append(pages, more...)
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range pages {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.Join(filepath.Dir(page), file)
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s: link %q: %v", page, target, err)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(t, path), frag) {
+				t.Errorf("%s: link %q: no heading with that anchor in %s", page, target, path)
+			}
+		}
+	}
+}
+
+// anchors returns the GitHub anchors of the headings of a Markdown page.
+func anchors(t *testing.T, page string) []string {
+	data, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	seen := map[string]int{}
+	fence := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fence = !fence
+		}
+		if fence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		text := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, r := range text {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			a = a + "-" + strconv.Itoa(n)
+		}
+		seen[b.String()]++
+		out = append(out, a)
+	}
+	return out
+}
+
+// The service files in contrib/ run serve the way docs/configuration.md
+// describes: the systemd user unit stops serve with SIGTERM to serve alone
+// (KillMode=mixed; what that relies on is tested in
+// internal/cli/testdata/script/serve_stop.txtar), restarts it on failure, and
+// passes systemd-analyze verify where that exists; the launchd plist is
+// well-formed and runs fm procevent serve.
+func TestContribServiceFiles(t *testing.T) {
+	unit, err := os.ReadFile("../contrib/systemd/fm-procevent-serve.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"KillMode=mixed", "KillSignal=SIGTERM", "Restart=on-failure", "ExecStart=/opt/firstmate/bin/fm procevent serve", "WantedBy=default.target"} {
+		if !regexp.MustCompile("(?m)^" + regexp.QuoteMeta(line) + "$").Match(unit) {
+			t.Errorf("the systemd unit has no line %q", line)
+		}
+	}
+	if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
+		// verify wants an executable ExecStart; everything else is checked as shipped.
+		p := filepath.Join(t.TempDir(), "fm-procevent-serve.service")
+		if err := os.WriteFile(p, []byte(strings.Replace(string(unit), "/opt/firstmate/bin/fm", "/bin/true", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(analyze, "verify", p).CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+	}
+
+	plist, err := os.ReadFile("../contrib/launchd/dev.firstmate.fm-procevent-serve.plist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Dict struct {
+			Keys  []string `xml:"key"`
+			Array struct {
+				Strings []string `xml:"string"`
+			} `xml:"array"`
+		} `xml:"dict"`
+	}
+	if err := xml.Unmarshal(plist, &doc); err != nil {
+		t.Fatalf("the launchd plist is not well-formed: %v", err)
+	}
+	if args := doc.Dict.Array.Strings; !slices.Equal(args, []string{"/opt/firstmate/bin/fm", "procevent", "serve"}) {
+		t.Errorf("the launchd plist runs %q", args)
+	}
+	for _, k := range []string{"Label", "ProgramArguments", "EnvironmentVariables", "KeepAlive", "ExitTimeOut"} {
+		if !slices.Contains(doc.Dict.Keys, k) {
+			t.Errorf("the launchd plist has no %s", k)
 		}
 	}
 }

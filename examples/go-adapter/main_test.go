@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBuiltFM() // the fm that fmBinary (fm_test.go) may have built
+	os.Exit(code)
 }
 
 // entrypoint returns a command that runs main() as the host does: argv

@@ -8,7 +8,13 @@
 //     usage to stderr and exits 2.
 //   - any other failure prints exactly one line `error[<code>]: <message>` to
 //     stderr and exits 1, with nothing on stdout: verbs write into a buffer
-//     that is flushed only on success (streaming verbs opt out).
+//     that is flushed only on success (streaming verbs opt out). The one
+//     report verb, `fm doctor`, prints its whole report and exits 1 when a
+//     check failed (doctor.go).
+//   - listings are aligned tables, and take --json for one JSON document;
+//     what only a person at a terminal needs (a table instead of the wake
+//     queue's lines, progress on stderr) is shown only when that stream is a
+//     terminal (terminal.go).
 package cli
 
 import (
@@ -39,6 +45,9 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	home   *home.Home
+	// ttyOut and ttyErr record whether the stdout and stderr fm was given
+	// are terminals (Stdout itself is a buffer while a verb runs).
+	ttyOut, ttyErr bool
 }
 
 // Home resolves the effective home once.
@@ -80,6 +89,9 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Stat
 type group struct {
 	name, summary string
 	verbs         map[string]*Verb
+	// hidden groups are fm's own plumbing (the remote end of fm on): left
+	// out of the help and the completion.
+	hidden bool
 }
 
 var groups = map[string]*group{}
@@ -109,7 +121,7 @@ func init() {
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	e := &Env{Ctx: ctx, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	e := &Env{Ctx: ctx, Stdin: stdin, Stdout: stdout, Stderr: stderr, ttyOut: isTerminal(stdout), ttyErr: isTerminal(stderr)}
 	if len(args) == 0 {
 		return usageErr(stderr, errors.New("missing command"), mainUsage())
 	}
@@ -222,7 +234,9 @@ func mainUsage() string {
 	b.WriteString("usage: fm <command> [<verb>] [arguments]\n\ncommands:\n")
 	names := make([]string, 0, len(groups))
 	for n := range groups {
-		names = append(names, n)
+		if !groups[n].hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {

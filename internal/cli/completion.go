@@ -75,7 +75,9 @@ func completionWords(group string) []string {
 func sortedGroups() []string {
 	var names []string
 	for n := range groups {
-		names = append(names, n)
+		if !groups[n].hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	return names

@@ -104,7 +104,7 @@ func init() {
 			}
 			dir := args[0]
 			if !filepath.IsAbs(dir) {
-				return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path", dir)
+				return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
 			}
 			opts, err := bf.options(dir)
 			if err != nil {
@@ -114,6 +114,7 @@ func init() {
 			if err != nil {
 				return err
 			}
+			defer e.withProgress(&opts.Progress)()
 			b, err := host.Bind(e.Ctx, h, opts)
 			if err != nil {
 				return err
@@ -229,7 +230,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			kept, err := host.RetireBinding(h, args[0], retireDigest, bindingPreflight(h))
+			kept, err := host.RetireBindingContext(e.Ctx, h, args[0], retireDigest, bindingPreflight(h))
 			if err != nil {
 				return err
 			}

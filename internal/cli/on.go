@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/remote"
@@ -14,7 +16,7 @@ func init() {
 	register("on", &Verb{
 		Name:    "",
 		Args:    "[--stdin] <secondmate-id> <fm-command> [<argument>...]",
-		Summary: "run one fm command (extension, procevent, wake, help, version) in the secondmate home routed by data/secondmates.json: locally, or over ssh (FM_SSH_BIN, default ssh) when the route names a host; only the command's argv crosses, and with --stdin this command's bounded stdin",
+		Summary: "run one fm command (extension, procevent, wake, doctor, help, version) in the secondmate home routed by data/secondmates.json: locally, or over ssh (FM_SSH_BIN, default ssh) when the route names a host; only the command's argv crosses, and with --stdin this command's bounded stdin",
 		Raw:     true,
 		Run: func(e *Env, args []string) error {
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
@@ -28,8 +30,8 @@ func init() {
 			if len(args) < 2 {
 				return errcode.New(errcode.Usage, "expected a secondmate id and an fm command")
 			}
-			if g := args[1]; g == "on" || (groups[g] == nil && g != "help" && g != "version") {
-				return errcode.New(errcode.Usage, "%q is not an fm command that runs in a secondmate home (extension, procevent, wake, help, version)", g)
+			if g := args[1]; !slices.Contains(remote.Commands, g) {
+				return errcode.New(errcode.Usage, "%q is not an fm command that runs in a secondmate home (%s)", g, strings.Join(remote.Commands, ", "))
 			}
 			h, err := e.Home()
 			if err != nil {
@@ -46,6 +48,29 @@ func init() {
 				}
 			}
 			return runOn(e, r, args[1:], stdin)
+		},
+	})
+}
+
+// `fm on-receive <job>`: the remote end of fm on over ssh ([XFER-4],
+// [XFER-5]). It decodes the job (remote.DecodeJob) and replaces itself with
+// this fm running the job's argv in the secondmate home, in an environment
+// of only PATH, FM_HOME and HOME (remote.JobEnv). It is fm's plumbing, not
+// an operator's command: hidden from the help and the completion.
+func init() {
+	addGroup(remote.ReceiveVerb, "the remote end of fm on (internal)")
+	groups[remote.ReceiveVerb].hidden = true
+	register(remote.ReceiveVerb, &Verb{
+		Name:    "",
+		Args:    "<job>",
+		Summary: "run the job that fm on encoded, in the secondmate home it names (internal: fm on runs this over ssh)",
+		Raw:     true,
+		Stream:  true,
+		Run: func(e *Env, args []string) error {
+			if len(args) != 1 {
+				return errcode.New(errcode.Usage, "expected one job written by fm on")
+			}
+			return remote.ExecJob(args[0])
 		},
 	})
 }

@@ -161,6 +161,8 @@ func init() {
 			}
 			o := so.o
 			o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
+			// This process starts children only through package launch.
+			o.ReapOrphans = true
 			return procevent.Serve(e.Ctx, h, o)
 		},
 	})
@@ -421,7 +423,9 @@ func init() {
 
 // directPoll is `fm extension process-event <adapter> source.poll` ([OP-2]):
 // the output on stdout and exit 0; no result: nothing, exit 75; failure: the
-// evidence document ([OP-3]), exit 70.
+// evidence document ([OP-3]), exit 70. For a registered source it holds the
+// source's claim, and refuses (error[source-active], exit 1) while a runner
+// polls it [RUN-4].
 func directPoll(e *Env, adapter, sourceID, configRef, resultFile, requestID string) error {
 	if resultFile != "" {
 		return errcode.New(errcode.Usage, "source.poll takes no --result-file")
@@ -439,8 +443,10 @@ func directPoll(e *Env, adapter, sourceID, configRef, resultFile, requestID stri
 	if err != nil {
 		return err
 	}
-	out, evidence := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, requestID)
+	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, requestID)
 	switch {
+	case err != nil:
+		return err // refused before anything ran (the source's runner is polling it)
 	case evidence != nil:
 		e.Stdout.Write(evidence)
 		return &ExitError{Status: exitEvidence}

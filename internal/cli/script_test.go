@@ -17,6 +17,7 @@ import (
 	"firstmate.dev/fm/internal/cli"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/pkgtree"
+	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/internal/testpkg"
 )
 
@@ -48,6 +49,10 @@ func TestScripts(t *testing.T) {
 			"waitgone": waitgone,
 			"capture":  capture,
 			"wrappers": wrappers,
+			"waitfile": waitfile,
+			"fill":     fill,
+			"aligned":  aligned,
+			"jsondoc":  jsondoc,
 		},
 	})
 }
@@ -142,6 +147,20 @@ func wrappers(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(os.Symlink(fm, filepath.Join(dir, "fm")))
 }
 
+// waitfile <path>: the file exists within 10 s.
+func waitfile(ts *testscript.TestScript, neg bool, args []string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s did not appear", args[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // waitgone <pidfile>: the pid in the file is dead (or a zombie) within 3 s.
 func waitgone(ts *testscript.TestScript, neg bool, args []string) {
 	data, err := os.ReadFile(ts.MkAbs(args[0]))
@@ -172,4 +191,62 @@ func waitgone(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// fill <dir> <count> <size>: count files of size zero bytes each, mode
+// 0644, in dir (created 0755): the bulk of a large package.
+func fill(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: fill <dir> <count> <size>")
+	}
+	count, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	size, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	dir := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(dir, 0o755))
+	ts.Check(os.Chmod(dir, 0o755))
+	data := make([]byte, size)
+	for i := range count {
+		p := filepath.Join(dir, fmt.Sprintf("f%05d", i))
+		ts.Check(os.WriteFile(p, data, 0o644))
+		ts.Check(os.Chmod(p, 0o644))
+	}
+}
+
+// terminalText is the last command's stdout as a terminal showed it: the
+// pseudo-terminal's CR LF line ends turned back into LF.
+func terminalText(ts *testscript.TestScript) string {
+	return strings.ReplaceAll(ts.ReadFile("stdout"), "\r\n", "\n")
+}
+
+// aligned: the last command's stdout is a table whose first line is a
+// header of upper-case column names separated by two or more spaces, and in
+// every other line each column's cell starts exactly under its name.
+func aligned(ts *testscript.TestScript, neg bool, args []string) {
+	lines := strings.Split(strings.TrimSuffix(terminalText(ts), "\n"), "\n")
+	if len(lines) < 2 {
+		ts.Fatalf("aligned: no table rows in %q", lines)
+	}
+	header := lines[0]
+	if !regexp.MustCompile(`^[A-Z_]+(  +[A-Z_]+)+$`).MatchString(header) {
+		ts.Fatalf("aligned: %q is not a table header", header)
+	}
+	var starts []int
+	for _, m := range regexp.MustCompile(`[A-Z_]+`).FindAllStringIndex(header, -1) {
+		starts = append(starts, m[0])
+	}
+	for _, row := range lines[1:] {
+		for _, c := range starts[1:] {
+			if len(row) <= c || row[c] == ' ' || row[c-1] != ' ' {
+				ts.Fatalf("aligned: in row %q the cell of column %q does not start at byte %d", row, header[c:], c)
+			}
+		}
+	}
+}
+
+// jsondoc: the last command's stdout is exactly one strict JSON document
+// (no duplicate key, nothing before or after it but whitespace).
+func jsondoc(ts *testscript.TestScript, neg bool, args []string) {
+	ts.Check(strictjson.CheckSyntax([]byte(terminalText(ts)), "stdout"))
 }

@@ -53,6 +53,7 @@ func init() {
 			if err != nil {
 				return err
 			}
+			defer e.withProgress(&opts.Progress)()
 			res, err := transfer.Receive(e.Ctx, h, e.Stdin, opts)
 			if err != nil {
 				return err
@@ -113,7 +114,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			res, err := transfer.Retire(h, args[0], transferDigest, bindingDigest, bindingPreflight(h))
+			res, err := transfer.Retire(e.Ctx, h, args[0], transferDigest, bindingDigest, bindingPreflight(h))
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"text/tabwriter"
+	"time"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/wake"
@@ -32,7 +34,7 @@ func init() {
 	register("wake", &Verb{
 		Name:    "list",
 		Args:    "[--after <queue-seq>] [--json]",
-		Summary: "print the queued wakes (one line each: unix-seconds, queue-seq, kind, key, payload, tab-separated)",
+		Summary: "print the queued wakes: on a terminal an aligned table, otherwise one stored line each (unix-seconds, queue-seq, kind, key, payload, tab-separated)",
 		Flags: func(fs *flag.FlagSet) {
 			after.declare(fs)
 			fs.BoolVar(&listJSON, "json", false, "print one JSON document")
@@ -58,6 +60,9 @@ func init() {
 					ws = []wake.Wake{}
 				}
 				return writeJSON(e, map[string]any{"wakes": ws})
+			}
+			if e.ttyOut {
+				return wakeTable(e, ws, n)
 			}
 			for _, w := range ws {
 				fmt.Fprint(e.Stdout, w.Line())
@@ -91,4 +96,24 @@ func init() {
 			})
 		},
 	})
+}
+
+// wakeTable prints wakes for a person at a terminal: aligned columns, the
+// time in UTC, and a line saying so when there is none after queue-seq
+// after.
+func wakeTable(e *Env, ws []wake.Wake, after int64) error {
+	if len(ws) == 0 {
+		if after > 0 {
+			fmt.Fprintf(e.Stdout, "no wakes after %d\n", after)
+		} else {
+			fmt.Fprintln(e.Stdout, "no wakes")
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tKEY\tPAYLOAD")
+	for _, w := range ws {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", w.Seq, time.Unix(w.Time, 0).UTC().Format(time.RFC3339), w.Kind, w.Key, w.Payload)
+	}
+	return tw.Flush()
 }

@@ -15,7 +15,7 @@ import (
 type Code string
 
 // The error codes of CONTRACT §14. Add one only when none fits, and list it in
-// docs/configuration.md's troubleshooting table.
+// docs/troubleshooting.md (a test checks both).
 const (
 	Usage                Code = "usage"
 	HomeInvalid          Code = "home-invalid"

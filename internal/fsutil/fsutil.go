@@ -4,7 +4,9 @@
 //
 // Durability rule: a published file is written to a temp name, fsynced,
 // renamed into place, and the directory is fsynced, so after a crash either
-// the old state or the whole new file exists, never a torn one.
+// the old state or the whole new file exists, never a torn one. A directory
+// fm creates on the way (MkdirAllSync) is made durable the same way: its
+// parent is fsynced after the mkdir.
 package fsutil
 
 import (
@@ -43,7 +45,7 @@ func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	switch {
 	case err == unix.ELOOP:
-		return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink", path)
+		return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink; fm reads only a regular file there: replace the link with the file itself", path)
 	case err == unix.ENOENT:
 		return nil, &os.PathError{Op: "open", Path: path, Err: os.ErrNotExist}
 	case err != nil:
@@ -62,22 +64,22 @@ func readPrivate(f *os.File, path string, max int64) ([]byte, error) {
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return nil, errcode.New(errcode.LinkUnsafe, "%q is not a regular file", path)
+		return nil, errcode.New(errcode.LinkUnsafe, "%q is not a regular file; move it aside", path)
 	case st.Nlink != 1:
-		return nil, errcode.New(errcode.LinkUnsafe, "%q has %d hard links; it must have exactly one", path, st.Nlink)
+		return nil, errcode.New(errcode.LinkUnsafe, "%q has %d hard links; it must have exactly one: remove the other names of it", path, st.Nlink)
 	case int(st.Uid) != os.Geteuid():
-		return nil, errcode.New(errcode.OwnerMismatch, "%q is owned by uid %d, not by you (uid %d)", path, st.Uid, os.Geteuid())
+		return nil, errcode.New(errcode.OwnerMismatch, "%q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", path, st.Uid, os.Geteuid())
 	case st.Mode&0o7777 != 0o600:
 		return nil, errcode.New(errcode.ModeUnsafe, "%q has mode %04o; it must be 0600 (chmod 600)", path, st.Mode&0o7777)
 	case st.Size > max:
-		return nil, errcode.New(errcode.JSONOversized, "%q is larger than %d bytes", path, max)
+		return nil, errcode.New(errcode.JSONOversized, "%q is larger than its bound of %d bytes; fm never writes one that large: restore it or move it aside", path, max)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "read %q", path)
 	}
 	if int64(len(data)) > max {
-		return nil, errcode.New(errcode.JSONOversized, "%q is larger than %d bytes", path, max)
+		return nil, errcode.New(errcode.JSONOversized, "%q is larger than its bound of %d bytes; fm never writes one that large: restore it or move it aside", path, max)
 	}
 	return data, nil
 }
@@ -88,7 +90,7 @@ func OpenNoFollow(path string) (*os.File, error) {
 	if err != nil {
 		switch {
 		case err == unix.ELOOP:
-			return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink", path)
+			return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink; fm reads only a regular file there: replace the link with the file itself", path)
 		case os.IsNotExist(err):
 			return nil, &os.PathError{Op: "open", Path: path, Err: os.ErrNotExist}
 		}
@@ -170,6 +172,88 @@ func SyncDir(dir string) error {
 	defer f.Close()
 	if err := f.Sync(); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "sync directory %q", dir)
+	}
+	return nil
+}
+
+// MkdirAllSync creates path and every missing parent as os.MkdirAll does,
+// but makes each directory it creates durable: the new directory gets
+// exactly mode perm (chmod after mkdir, so the umask does not change it)
+// and its parent is fsynced right after, so after a crash the name of every
+// directory this call created is either there or the call never returned.
+// Components that already exist are left as they are (their mode is not
+// changed and nothing is fsynced for them), so a call for an existing
+// directory costs one stat. Existing components may be symlinks to
+// directories, as for os.MkdirAll; callers that need a canonical path check
+// it afterwards. A component created concurrently by another process is
+// accepted and its parent fsynced as well.
+//
+// Durability itself cannot be shown by a unit test (it needs a crash between
+// the mkdir and the disk); the tests check what can be checked: the modes,
+// the idempotence and the refusal of a non-directory component. Errors are
+// the underlying *os.PathError values, for the caller to wrap.
+func MkdirAllSync(path string, perm os.FileMode) error {
+	path = filepath.Clean(path)
+	var missing []string
+	for p := path; ; {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return &os.PathError{Op: "mkdir", Path: p, Err: unix.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, p)
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		d := missing[i]
+		err := os.Mkdir(d, perm)
+		switch {
+		case err == nil:
+			if err := os.Chmod(d, perm); err != nil {
+				return err
+			}
+		case errors.Is(err, os.ErrExist):
+			if fi, serr := os.Stat(d); serr != nil || !fi.IsDir() {
+				return err
+			}
+		default:
+			return err
+		}
+		if err := syncParent(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncParent is the fsync of MkdirAllSync; a variable so that a test can see
+// which directories are fsynced.
+var syncParent = syncDir
+
+// syncDir is SyncDir with the underlying error, for MkdirAllSync. A parent
+// the user may search and write but not read (mode 0300, say) cannot be
+// opened for the fsync; mkdir in it still succeeded, as with os.MkdirAll, so
+// that one case is accepted without the fsync rather than refused.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if errors.Is(err, os.ErrPermission) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
 	}
 	return nil
 }

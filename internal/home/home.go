@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // Home is one resolved Firstmate home. All paths are absolute and canonical.
@@ -37,11 +38,11 @@ func Resolve() (*Home, error) {
 	if root == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, errcode.Wrap(errcode.HomeInvalid, err, "cannot locate the running fm")
+			return nil, errcode.Wrap(errcode.HomeInvalid, err, "cannot locate the running fm (set FM_ROOT_OVERRIDE to the code root)")
 		}
 		exe, err = filepath.EvalSymlinks(exe)
 		if err != nil {
-			return nil, errcode.Wrap(errcode.HomeInvalid, err, "cannot resolve the running fm")
+			return nil, errcode.Wrap(errcode.HomeInvalid, err, "cannot resolve the running fm (set FM_ROOT_OVERRIDE to the code root)")
 		}
 		root = filepath.Dir(filepath.Dir(exe))
 	}
@@ -88,7 +89,7 @@ func canonicalDir(p, what string) (string, error) {
 	}
 	fi, err := os.Stat(c)
 	if err != nil || !fi.IsDir() {
-		return "", errcode.New(errcode.HomeInvalid, "%s %q is not a directory", what, p)
+		return "", errcode.New(errcode.HomeInvalid, "%s %q is not a directory; point FM_HOME/FM_ROOT_OVERRIDE at a directory", what, p)
 	}
 	return c, nil
 }
@@ -99,7 +100,7 @@ func checkOwned(p, what string) error {
 		return errcode.Wrap(errcode.HomeInvalid, err, "%s %q", what, p)
 	}
 	if int(st.Uid) != os.Geteuid() {
-		return errcode.New(errcode.HomeInvalid, "%s %q is owned by uid %d, not by you (uid %d)", what, p, st.Uid, os.Geteuid())
+		return errcode.New(errcode.HomeInvalid, "%s %q is owned by uid %d, not by you (uid %d); use a home of your own (FM_HOME)", what, p, st.Uid, os.Geteuid())
 	}
 	return nil
 }
@@ -164,27 +165,28 @@ func CheckPrivate(p string, exact bool) error {
 func checkStat(p string, st *unix.Stat_t, exact bool) error {
 	switch {
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return errcode.New(errcode.LinkUnsafe, "directory %q is a symlink", p)
+		return errcode.New(errcode.LinkUnsafe, "directory %q is a symlink; replace it with a real directory, mode 0700", p)
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return errcode.New(errcode.PathUnsafe, "%q is not a directory", p)
+		return errcode.New(errcode.PathUnsafe, "%q is not a directory; fm keeps a directory there: move it aside", p)
 	case int(st.Uid) != os.Geteuid():
-		return errcode.New(errcode.OwnerMismatch, "directory %q is owned by uid %d, not by you (uid %d)", p, st.Uid, os.Geteuid())
+		return errcode.New(errcode.OwnerMismatch, "directory %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", p, st.Uid, os.Geteuid())
 	case exact && st.Mode&0o7777 != 0o700:
 		return errcode.New(errcode.ModeUnsafe, "directory %q has mode %04o; it must be 0700 (chmod 700)", p, st.Mode&0o7777)
 	case st.Mode&0o022 != 0:
 		return errcode.New(errcode.ModeUnsafe, "directory %q is group- or world-writable (mode %04o); chmod go-w it", p, st.Mode&0o7777)
 	}
 	if c, err := filepath.EvalSymlinks(p); err != nil || c != filepath.Clean(p) {
-		return errcode.New(errcode.PathUnsafe, "directory %q is not canonical (a path component is a symlink)", p)
+		return errcode.New(errcode.PathUnsafe, "directory %q is not canonical (a path component is a symlink); use the path without links (FM_HOME, FM_STATE_OVERRIDE)", p)
 	}
 	return nil
 }
 
 // EnsurePrivate creates p and any missing parents below h.Dir or h.State with
-// mode 0700, then checks p as CheckPrivate(p, exact). Existing parents are not
+// mode 0700, durably (fsutil.MkdirAllSync: each new directory's parent is
+// fsynced), then checks p as CheckPrivate(p, exact). Existing parents are not
 // changed.
 func EnsurePrivate(p string, exact bool) error {
-	if err := os.MkdirAll(p, 0o700); err != nil {
+	if err := fsutil.MkdirAllSync(p, 0o700); err != nil {
 		return errcode.Wrap(errcode.PathUnsafe, err, "create directory %q", p)
 	}
 	return CheckPrivate(p, exact)
@@ -197,7 +199,7 @@ func OpenPrivate(p string, exact bool) (*os.File, error) {
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if err == unix.ELOOP || err == unix.ENOTDIR {
-			return nil, errcode.New(errcode.LinkUnsafe, "directory %q is a symlink or not a directory", p)
+			return nil, errcode.New(errcode.LinkUnsafe, "directory %q is a symlink or not a directory; replace it with a real directory, mode 0700", p)
 		}
 		if os.IsNotExist(err) {
 			return nil, errcode.New(errcode.PathUnsafe, "directory %q is missing", p)

@@ -3,6 +3,7 @@ package home
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"firstmate.dev/fm/internal/errcode"
@@ -135,5 +136,32 @@ func TestPrivateDirs(t *testing.T) {
 	}
 	if err := CheckPrivate(p, false); err != nil {
 		t.Fatalf("0750 is private enough when not exact: %v", err)
+	}
+}
+
+// [HOME-4] EnsurePrivate creates every missing directory of the layout
+// exactly 0700 (through fsutil.MkdirAllSync, which also fsyncs each new
+// directory's parent; that durability cannot be unit-tested) whatever the
+// umask, so even a umask that strips the owner's write bit leaves a usable
+// private tree; a second call is a no-op.
+func TestEnsurePrivateModes(t *testing.T) {
+	base := canon(t, t.TempDir())
+	old := syscall.Umask(0o277)
+	t.Cleanup(func() { syscall.Umask(old) })
+	p := filepath.Join(base, "data", "extensions", "retired-bindings", "org.example.x")
+	if err := EnsurePrivate(p, true); err != nil {
+		t.Fatal(err)
+	}
+	for d := p; d != base; d = filepath.Dir(d) {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s has mode %v, want 0700", d, fi.Mode())
+		}
+	}
+	if err := EnsurePrivate(p, true); err != nil {
+		t.Fatalf("second call: %v", err)
 	}
 }

@@ -47,6 +47,9 @@ type BindOptions struct {
 	// Lock, when set, is an already held lifecycle lock (a caller that
 	// must publish more under the same lock); Bind then does not take one.
 	Lock *lifecycle.Lock
+	// Progress, when set, receives the advance of the package's scan,
+	// store copy and rescans (pkgtree.Progress), for a progress display.
+	Progress pkgtree.Progress
 	// Staged marks Dir as a transfer received into this home ([XFER-3]).
 	// Such a package lies inside the home by design, so instead of
 	// [PKG-2] Dir must be a canonical directory inside exactly this
@@ -67,7 +70,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err := checkLocation(h, opts); err != nil {
 		return nil, err
 	}
-	tree, err := pkgtree.Scan(opts.Dir, pkgtree.Source)
+	tree, err := pkgtree.ScanWith(opts.Dir, pkgtree.Source, pkgtree.Options{Progress: opts.Progress})
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +89,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 
 	lock := opts.Lock
 	if lock == nil {
-		if lock, err = lifecycle.Acquire(h); err != nil {
+		if lock, err = lifecycle.Acquire(ctx, h); err != nil {
 			return nil, err
 		}
 		defer lock.Release()
@@ -100,7 +103,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	}
 
 	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
-	if err := pkgtree.Install(opts.Dir, tree, root); err != nil {
+	if err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress}); err != nil {
 		return nil, err
 	}
 	var consents binding.Consents
@@ -140,6 +143,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	return binding.Publish(h, rec)
 }
 
+// checkTrust requires --trust-same-user-code ([BIND-1]).
 func checkTrust(opts BindOptions) error {
 	if !opts.Trust {
 		return errcode.New(errcode.ConsentMissing, "bind runs the package as you: pass --trust-same-user-code to confirm you trust it to that level")
@@ -324,6 +328,13 @@ type Call struct {
 // Invoke revalidates b, handshakes, and runs one operation, returning its
 // decoded result (*protocol.PollResult, *protocol.ClassifyResult or
 // *protocol.BoolResult).
+//
+// The order of what runs package code is fixed: revalidation, then the
+// handshake, then (only after a matching handshake) the invoke. What is not
+// package code is overlapped with it: the invoke's launch is prepared
+// (owner record, launch barrier started and waiting, see launch.Prepare)
+// while the handshake runs, so the start-up of its barrier, a whole fm
+// process, is off the critical path. A failed handshake aborts it unreleased.
 func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any, error) {
 	if !b.Enables(c.Adapter) {
 		return nil, errcode.New(errcode.AdapterUnbound, "binding %s does not enable adapter %q", b.ExtensionID, c.Adapter)
@@ -334,7 +345,11 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err := Current(b); err != nil {
 		return nil, err
 	}
-	if err := Handshake(ctx, h, &b.Record, b.Digest); err != nil {
+	if err := Revalidate(&b.Record); err != nil {
+		return nil, err
+	}
+	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest)
+	if err != nil {
 		return nil, err
 	}
 	req := protocol.Request{
@@ -350,7 +365,35 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 		Operation:         c.Operation,
 		Input:             c.Input,
 	}
-	out, err := run(ctx, h, &b.Record, b.Digest, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
+	invSpec, err := launchSpec(h, &b.Record, b.Digest, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	// The handshake's barrier is forked first (forks are serialized), then
+	// the invoke's is prepared in the background while the handshake runs.
+	hsp, err := launch.Prepare(ctx, hs)
+	if err != nil {
+		return nil, err
+	}
+	inv := prepare(ctx, invSpec)
+	var out []byte
+	res, err := hsp.Run(ctx)
+	if err == nil {
+		out = res.Stdout
+		err = protocol.CheckHandshake(out, hsReq)
+	}
+	if err == nil {
+		// The handshake was package code: re-check what it could have
+		// changed before the invoke's code is released ([INV-1]).
+		if err = Current(b); err == nil {
+			err = Revalidate(&b.Record)
+		}
+	}
+	if err != nil {
+		inv.abort()
+		return nil, err
+	}
+	out, err = inv.run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -367,8 +410,21 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	if err := Revalidate(rec); err != nil {
 		return err
 	}
+	s, req, err := handshakeSpec(h, rec, bindingDigest)
+	if err != nil {
+		return err
+	}
+	out, err := launchRun(ctx, s)
+	if err != nil {
+		return err
+	}
+	return protocol.CheckHandshake(out, req)
+}
+
+// handshakeSpec builds a fresh handshake request for rec and its launch.
+func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string) (launch.Spec, *protocol.HandshakeRequest, error) {
 	c := rec.Capabilities[0]
-	req := protocol.HandshakeRequest{
+	req := &protocol.HandshakeRequest{
 		Schema:           protocol.HandshakeRequestSchema,
 		RequestID:        protocol.NewRequestID(),
 		HostProtocols:    protocol.HostProtocols,
@@ -377,29 +433,30 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 		PackageDigest:    rec.PackageDigest,
 		Capability:       protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
-	out, err := run(ctx, h, rec, bindingDigest, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	return protocol.CheckHandshake(out, &req)
+	s, err := launchSpec(h, rec, bindingDigest, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
+	return s, req, err
 }
 
-func run(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest, verb string, req any, requestID, sourceID, op string, timeout time.Duration) ([]byte, error) {
+// launchSpec encodes req and builds the launch of verb on rec's entrypoint:
+// the exact environment, the package root as working directory, the bounds,
+// the owner. It creates the package's state directory and the invocation
+// records directory.
+func launchSpec(h *home.Home, rec *binding.Record, bindingDigest, verb string, req any, requestID, sourceID, op string, timeout time.Duration) (launch.Spec, error) {
 	stdin, err := strictjson.Canonical(req)
 	if err != nil {
-		return nil, err
+		return launch.Spec{}, err
 	}
 	if len(stdin) > protocol.MaxEnvelope {
-		return nil, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), protocol.MaxEnvelope)
+		return launch.Spec{}, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), protocol.MaxEnvelope)
 	}
 	env, err := Environment(h, rec)
 	if err != nil {
-		return nil, err
+		return launch.Spec{}, err
 	}
 	if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
-		return nil, err
+		return launch.Spec{}, err
 	}
-	res, err := launch.Run(ctx, launch.Spec{
+	return launch.Spec{
 		Path:        filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)),
 		Verb:        verb,
 		Dir:         rec.PackageRoot,
@@ -416,11 +473,55 @@ func run(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest, 
 			SourceID:      sourceID,
 			Operation:     op,
 		},
-	})
+	}, nil
+}
+
+// launchRun runs s and returns its stdout.
+func launchRun(ctx context.Context, s launch.Spec) ([]byte, error) {
+	res, err := launch.Run(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	return res.Stdout, nil
+}
+
+// pending is a launch being prepared in the background (launch.Prepare).
+type pending struct {
+	done chan struct{}
+	p    *launch.Pending
+	err  error
+}
+
+func prepare(ctx context.Context, s launch.Spec) *pending {
+	pd := &pending{done: make(chan struct{})}
+	go func() {
+		defer close(pd.done)
+		pd.p, pd.err = launch.Prepare(ctx, s)
+	}()
+	return pd
+}
+
+// run waits for the preparation, then releases and runs the launch.
+func (pd *pending) run(ctx context.Context) ([]byte, error) {
+	<-pd.done
+	if pd.err != nil {
+		return nil, pd.err
+	}
+	res, err := pd.p.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
+// abort waits for the preparation and gives the launch up unreleased. The
+// caller is already failing with its own error; should the barrier's group
+// not be proved gone, its owner record stays for Cleanup.
+func (pd *pending) abort() {
+	<-pd.done
+	if pd.p != nil {
+		_ = pd.p.Abort()
+	}
 }
 
 // Environment builds the exact minimal environment of an entrypoint
@@ -493,11 +594,18 @@ type Preflight func(b *binding.Binding) error
 // RetireBinding moves exactly the binding of id whose digest is digest into
 // retired-bindings, after full validation and the dependency preflight,
 // under the lifecycle lock ([LIFE-2]). It returns the retained path.
+// It is RetireBindingContext without a way to stop the wait for the lock.
 func RetireBinding(h *home.Home, id, digest string, preflight Preflight) (string, error) {
+	return RetireBindingContext(context.Background(), h, id, digest, preflight)
+}
+
+// RetireBindingContext is RetireBinding whose wait for the lifecycle lock
+// ends when ctx does ([LIFE-1]).
+func RetireBindingContext(ctx context.Context, h *home.Home, id, digest string, preflight Preflight) (string, error) {
 	if !binding.CheckDigest(digest) {
 		return "", errcode.New(errcode.Usage, "--if-binding-digest %q must be sha256:<64 lowercase hex>", digest)
 	}
-	lock, err := lifecycle.Acquire(h)
+	lock, err := lifecycle.Acquire(ctx, h)
 	if err != nil {
 		return "", err
 	}

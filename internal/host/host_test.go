@@ -245,3 +245,65 @@ func assertSecretNowhere(t *testing.T, dir string, skip ...string) {
 		return nil
 	})
 }
+
+// [PROTO-2] [GRP-1] [GRP-2]: Invoke prepares the invoke's launch (record and
+// barrier, no package code) while the handshake runs; a failed handshake
+// gives it up unreleased: the invoke request never reaches the package, and
+// no record, barrier or zombie is left behind.
+func TestFailedHandshakeAbortsPreparedInvoke(t *testing.T) {
+	f := bound(t, 20000)
+	invokes := func() int {
+		b, _ := os.ReadFile(filepath.Join(f.state, "requests"))
+		return strings.Count(string(b), "firstmate.extension-request.v1")
+	}
+	for _, c := range []struct {
+		mode string
+		code errcode.Code
+	}{
+		{"wrong-id", errcode.RequestIDMismatch},
+		{"exit9", errcode.ProcessFailed},
+	} {
+		if err := testpkg.SetMode(f.state, "handshake", c.mode); err != nil {
+			t.Fatal(err)
+		}
+		before := invokes()
+		_, err := f.poll(t, "good")
+		if errcode.Of(err) != c.code {
+			t.Fatalf("%s: got %v, want %s", c.mode, err, c.code)
+		}
+		if invokes() != before {
+			t.Fatalf("%s: the invoke reached the package after a failed handshake", c.mode)
+		}
+		assertNoRecords(t, f.h)
+		tasks, _ := filepath.Glob("/proc/self/task/*/children")
+		for _, task := range tasks {
+			if b, _ := os.ReadFile(task); len(strings.TrimSpace(string(b))) != 0 {
+				t.Fatalf("%s: children left behind: %s", c.mode, b)
+			}
+		}
+	}
+	if err := testpkg.SetMode(f.state, "handshake", "good"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.poll(t, "good"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// [INV-1] a handshake that changes the installed package (modes restored)
+// stops the invoke that follows before any of its code runs.
+func TestHandshakeTamperStopsInvoke(t *testing.T) {
+	f := bound(t, 20000)
+	if err := testpkg.SetMode(f.state, "handshake", "tamper"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.poll(t, "good")
+	if errcode.Of(err) != errcode.IntegrityMismatch {
+		t.Fatalf("got %v", err)
+	}
+	log, _ := os.ReadFile(filepath.Join(f.state, "requests"))
+	if strings.Contains(string(log), protocol.RequestSchema) {
+		t.Fatal("the invoke ran after the package changed itself")
+	}
+	assertNoRecords(t, f.h)
+}

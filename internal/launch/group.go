@@ -2,6 +2,9 @@ package launch
 
 import (
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +31,18 @@ const (
 type group struct {
 	pgid  int // the leader's pid, which is the group id
 	pidfd int
+	file  *os.File // owns pidfd when it is registered with the runtime's poller
+}
+
+// close closes the pidfd; the group is no longer supervised (see
+// ReapOrphans).
+func (g *group) close() {
+	supervised.Delete(g.pgid)
+	if g.file != nil {
+		g.file.Close()
+		return
+	}
+	unix.Close(g.pidfd)
 }
 
 // signal sends sig to every member of the exact group. Linux before 6.9 has no
@@ -40,6 +55,57 @@ func (g *group) signal(sig unix.Signal) {
 	if err == unix.EINVAL && g.leaderExists() {
 		_ = unix.Kill(-g.pgid, sig)
 	}
+}
+
+// groupSignals reports whether the kernel signals a process group through a
+// pidfd (PIDFD_SIGNAL_PROCESS_GROUP, Linux 6.9+). It probes the group with
+// signal 0, so it is only asked while the group is pinned (the leader
+// unreaped): then the probe succeeds where the flag is known.
+func (g *group) groupSignals() bool {
+	return unix.PidfdSendSignal(g.pidfd, 0, nil, unix.PIDFD_SIGNAL_PROCESS_GROUP) != unix.EINVAL
+}
+
+// leaders holds the pids of the leaders this process started (barriers, then
+// entrypoints) until it reaps them. A leader is this process's own fork, so
+// it never descends from another invocation's leader.
+var leaders sync.Map // int -> struct{}
+
+// forkMu makes starting a leader and recording it in leaders one step for
+// onlyLeaderChildren.
+var forkMu sync.RWMutex
+
+// onlyLeaderChildren reports whether every child of this process, zombies
+// included, is in leaders: then no orphan of any invocation group has
+// re-parented to it (it is a child subreaper, so every descendant of a dead
+// leader would be, or descend from, such a child). It reads
+// /proc/self/task/*/children (orphans are adopted by any thread); false when
+// that cannot be read (no CONFIG_PROC_CHILDREN) or on any doubt. The file can
+// miss a child that is added or removed while it is read; the caller only
+// uses a true answer to choose a faster proof whose final word is still the
+// kernel's group probe.
+func onlyLeaderChildren() bool {
+	forkMu.RLock()
+	defer forkMu.RUnlock()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		if err != nil {
+			return false
+		}
+		for f := range strings.FieldsSeq(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return false
+			}
+			if _, ok := leaders.Load(pid); !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // leaderExists reports whether the leader is still running or an unreaped
@@ -81,13 +147,15 @@ func (g *group) gone() (bool, error) {
 	return true, nil
 }
 
-// sweep looks at the members of a group whose leader is this process's
-// unreaped child (so the pgid number is pinned to the group). It counts the
-// live members, the leader included, and reaps every zombie member that is
-// this process's child, except the leader: orphans of the group re-parent to
-// this process because it is a child subreaper. Reaping by exact pid is safe:
-// only this process can reap its own children, and a member's pid is pinned
-// while it is a zombie.
+// sweep looks at the members of a group whose number is pinned: by its
+// leader, this process's unreaped child, or, once stop's fast path has reaped
+// the leader, by the members the kernel's probe just found (stop probes
+// again before every sweep there). It counts the live members, the leader
+// included, and reaps every zombie member that is this process's child,
+// except the leader: orphans of the group re-parent to this process because
+// it is a child subreaper. Reaping by exact pid is safe: only this process
+// can reap its own children, and a member's pid is pinned while it is a
+// zombie.
 func (g *group) sweep() (live, reaped int, err error) {
 	ms, err := members(g.pgid)
 	if err != nil {

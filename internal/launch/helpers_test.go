@@ -132,6 +132,22 @@ func helper(mode string) int {
 		}
 		report(os.Getenv(envRole))
 		time.Sleep(time.Hour)
+	case "await-joiner": // reports, waits until a foreign process joined its group, exits
+		report("leader")
+		for {
+			if _, err := os.Stat(filepath.Join(os.Getenv(envReport), "joiner")); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Print("ok")
+	case "joiner": // joins the group of the reported leader, then lingers
+		leader := awaitReport("leader")
+		if err := syscall.Setpgid(0, leader); err != nil {
+			return 1
+		}
+		report("joiner")
+		time.Sleep(time.Hour)
 	case "quick":
 	case "host":
 		return hostMain()
@@ -163,6 +179,20 @@ func report(role string) {
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, role)); err != nil {
 		panic(err)
+	}
+}
+
+// awaitReport waits for <report>/<role> and returns the pid in it.
+func awaitReport(role string) int {
+	for {
+		b, err := os.ReadFile(filepath.Join(os.Getenv(envReport), role))
+		if err == nil {
+			var pid int
+			var start uint64
+			fmt.Sscanf(string(b), "%d %d", &pid, &start)
+			return pid
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

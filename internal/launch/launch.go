@@ -4,18 +4,43 @@
 //
 // # Launch [GRP-1], [INV-2], [INV-3]
 //
-// Run first durably publishes <Records>/<hex>.owner.json in phase "reserved",
-// then starts the launch barrier: the running executable (/proc/self/exe)
+// Run first publishes <Records>/<hex>.owner.json in phase "reserved", then
+// starts the launch barrier: the running executable (/proc/self/exe)
 // re-executed as [exe, BarrierArg, entrypoint, verb] in a new process group
-// (pgid = its pid),
-// with the entrypoint's exact environment and working directory, three pipes
-// for stdio and the read end of a release pipe as descriptor 3. Run reads the
-// barrier's exact identity (pid, start time from /proc/<pid>/stat, boot id),
-// durably rewrites the record in phase "group" with that leader and group,
-// and only then writes the release byte; the barrier then execve's the
-// entrypoint with argv [entrypoint, verb] (see MaybeBarrier). So no package
-// code ever runs in a group that is not on disk, and a host that dies before
-// the release leaves a barrier that exits on end of file.
+// (pgid = its pid), with the entrypoint's exact environment and working
+// directory, three pipes for stdio and the read end of a release pipe as
+// descriptor 3. Run reads the barrier's exact identity (pid, start time from
+// /proc/<pid>/stat, boot id), rewrites the record in phase "group" with that
+// leader and group, and only then writes the release byte; the barrier then
+// execve's the entrypoint with argv [entrypoint, verb] (see MaybeBarrier). So
+// no package code ever runs in a group that is not recorded, and a host that
+// dies before the release leaves a barrier that exits on end of file.
+//
+// Prepare and Pending split Run at the release, so a host can overlap the
+// start-up of a barrier (a whole fm process) with other work, such as the
+// handshake that must precede the invoke; package code still runs only on
+// Pending.Run.
+//
+// # Records and durability
+//
+// A record is published by writing a temporary file and renaming it into
+// place (renameat2(RENAME_EXCHANGE) for the rewrite in phase group), so a
+// reader sees a whole record or none; nothing is fsynced. The record has to
+// outlive the host process, not the machine, and that is what it does: once
+// the rename returns, the record is in the kernel's page cache, which every
+// later reader sees and which a process's death, SIGKILL included, does not
+// touch. A machine crash is different, and harmless: it ends every process
+// group with it, and the next boot has another boot id, so every record it
+// left names an extinct boot and Cleanup clears it (the "other boot id" row of
+// its table). What a crash can leave that a process death cannot is a record
+// file that is empty or torn (it was never written back); to recognise those
+// without reading them, a record's name starts with the 32 hex digits of the
+// boot id it was written in, and readers skip, and Cleanup removes, an
+// unreadable record named for another boot. Removal is a plain unlink for the
+// same reason: a record that reappears after a crash names an earlier boot.
+// Dropping the fsyncs (two per record write, one per removal: ten per
+// process-event call) took 4 to 10 ms off every call on the reference
+// machines; see docs/performance.md.
 //
 // # Streams and time [INV-4], [INV-5]
 //
@@ -28,19 +53,28 @@
 // Whatever ends the invocation, Run does not return until the exact group is
 // proved gone (or reports that it cannot be). The host is a child subreaper,
 // so the group's orphans re-parent to it; the leader is kept an unreaped
-// zombie until the end, which pins the group's number, so signals and the
-// /proc membership scan cannot reach another group; zombie members that are
-// this process's children are reaped by exact pid. The group gets TERM, then
-// KILL after 500 ms, when the invocation is stopped early or when anything in
-// it outlives the leader; a successful leader whose group is still alive is
-// process-leak. When no member is alive the leader is reaped and the kernel is
-// asked through the leader's pidfd whether the group still has any process;
-// members that are all zombies of some other parent count as gone [GRP-4].
-// Only then is the record removed (directory fsynced). If the group cannot be
-// proved gone the result is process-cleanup-failed and the record stays.
+// zombie while anything else of the group may be alive, which pins the
+// group's number, so signals and the /proc membership scan cannot reach
+// another group; zombie members that are this process's children are reaped
+// by exact pid. The group gets TERM, then KILL after 500 ms, when the
+// invocation is stopped early or when anything in it outlives the leader; a
+// successful leader whose group is still alive is process-leak. When no
+// member is alive the leader is reaped and the kernel is asked through the
+// leader's pidfd whether the group still has any process; members that are
+// all zombies of some other parent count as gone [GRP-4]. Only then is the
+// record removed. If the group cannot be proved gone the result is
+// process-cleanup-failed and the record stays.
 //
-// Several Runs may run at once in one process: each touches only its own
-// group, and nothing here ever waits for "any child".
+// The common case, a leader that exits on its own and leaves nothing behind,
+// takes a fast path without the /proc scan (see stop): when every child of
+// this process is one of its invocation leaders, no orphan of the group
+// exists, so the leader is reaped at once and the kernel's group probe is
+// the whole proof.
+//
+// The leader's exit is awaited through the runtime's poller on its pidfd, so
+// many concurrent invocations (a serve with hundreds of long polls) hold no
+// thread each. Several Runs may run at once in one process: each touches only
+// its own group, and nothing here ever waits for "any child".
 //
 // # Recovery [GRP-3]
 //
@@ -62,6 +96,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -99,11 +134,32 @@ type Spec struct {
 	// (its parent must exist) and must be a private directory.
 	Records string
 	Owner   Owner
+
+	// The fields below serve commands that are not extension entrypoints
+	// (the process-event core's built-in adapters); an extension invocation
+	// leaves them zero.
+
+	// Argv, when not nil, is the whole argv the program at Path is executed
+	// with, instead of [Path, Verb]; Verb then only names the invocation in
+	// messages. The barrier still execve's Path itself (no PATH search, no
+	// shell).
+	Argv []string
+	// AnswerStatuses are non-zero exit statuses that are an answer rather
+	// than a failure: Run returns the Result, with ExitStatus set, as it does
+	// for 0.
+	AnswerStatuses []int
+	// StopLeftovers makes processes of the group that outlive an answering
+	// leader no process-leak: they are stopped (TERM, then KILL) and the group
+	// is proved gone exactly as always, and the answer stands.
+	StopLeftovers bool
 }
 
 // Result is a successful invocation's output.
 type Result struct {
 	Stdout []byte
+	// ExitStatus is the entrypoint's exit status: 0, or one of
+	// Spec.AnswerStatuses.
+	ExitStatus int
 }
 
 // pipeGrace is how long Run waits, once the group is proved gone, for stdout
@@ -135,7 +191,36 @@ func step(name string) {
 // Run makes the calling process a child subreaper (PR_SET_CHILD_SUBREAPER)
 // for the rest of its life, so orphans of everything it starts re-parent to
 // it; Run reaps only those of its own invocation groups.
+//
+// Run is Prepare followed by Pending.Run.
 func Run(ctx context.Context, s Spec) (*Result, error) {
+	p, err := Prepare(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return p.Run(ctx)
+}
+
+// Pending is an invocation prepared up to its release: its owner record is
+// published in phase group and its barrier waits, in its own process group,
+// for the release byte. No package code has run. Exactly one of Run and
+// Abort must follow, from one goroutine; a host that dies first leaves a
+// barrier that reads end of file and exits, and a record Cleanup clears.
+type Pending struct {
+	s    Spec
+	dir  *recordDir
+	name string
+	inv  *invocation
+	used bool
+}
+
+// Prepare does everything of Run before the release: it publishes the
+// reserved record, starts the barrier, reads its identity and publishes the
+// record in phase group. It lets a host overlap the start-up of the barrier
+// (a whole fm process) with other work, such as revalidating the package or
+// running the handshake that must precede the invocation: the package's code
+// still runs only on Pending.Run. Its errors are Run's.
+func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -157,9 +242,9 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer dir.close()
 	name, err := newRecordName()
 	if err != nil {
+		dir.close()
 		return nil, err
 	}
 	rec := &Record{
@@ -175,6 +260,7 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	}
 	step("reserve")
 	if err := dir.write(name, rec); err != nil {
+		dir.close()
 		return nil, err
 	}
 	step("reserved")
@@ -183,10 +269,12 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	if err != nil {
 		// The barrier never ran (a failed start is reaped by the runtime),
 		// so the reserved record owns nothing.
-		return nil, firstErr(err, dir.removeErr(name))
+		err = firstErr(err, dir.removeErr(name))
+		dir.close()
+		return nil, err
 	}
-	defer inv.closePipes()
 	step("started")
+	p := &Pending{s: s, dir: dir, name: name, inv: inv}
 
 	st, err := readStat(inv.g.pgid)
 	switch {
@@ -200,34 +288,67 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 		rec.Leader = &Identity{PID: pgid, StartTime: st.start, BootID: boot}
 		err = dir.write(name, rec)
 	}
-	if err == nil {
-		step("grouped")
-		if ctx.Err() != nil {
-			err = s.interrupted(ctx)
-		}
+	if err != nil {
+		return nil, p.abort(err)
 	}
-	if err == nil {
-		err = inv.release()
+	step("grouped")
+	return p, nil
+}
+
+// Run releases the barrier (unless ctx is already done) and runs the
+// invocation to completion, exactly as the package function Run.
+func (p *Pending) Run(ctx context.Context) (*Result, error) {
+	if p.used {
+		return nil, errcode.New(errcode.Internal, "launch: a prepared invocation was run twice")
+	}
+	var err error
+	if ctx.Err() != nil {
+		err = p.s.interrupted(ctx)
+	} else {
+		err = p.inv.release()
 	}
 	if err != nil {
-		// Package code never ran: only the barrier is in the group.
-		if _, serr := inv.stop(true); serr != nil {
-			return nil, serr // the record stays [GRP-2]
-		}
-		return nil, firstErr(err, dir.removeErr(name))
+		return nil, p.abort(err)
 	}
+	p.used = true
+	defer p.dir.close()
+	defer p.inv.closePipes()
 	step("released")
 
-	cause := inv.supervise(ctx, s)
-	res, err := inv.finish(ctx, s, cause)
+	cause := p.inv.supervise(ctx, p.s)
+	res, err := p.inv.finish(ctx, p.s, cause)
 	if errcode.Is(err, errcode.ProcessCleanupFailed) {
 		return nil, err // the record stays [GRP-2]
 	}
 	step("proved")
-	if err := firstErr(err, dir.removeErr(name)); err != nil {
+	if err := firstErr(err, p.dir.removeErr(p.name)); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// Abort gives up a prepared invocation without releasing it: the barrier
+// (no package code has run) is stopped and proved gone, and the record
+// removed. It returns process-cleanup-failed (the record then stays) if the
+// group cannot be proved gone. After Run it does nothing.
+func (p *Pending) Abort() error {
+	if p.used {
+		return nil
+	}
+	return p.abort(nil)
+}
+
+// abort stops the unreleased group, removes the record and returns cause,
+// or the cleanup's error.
+func (p *Pending) abort(cause error) error {
+	p.used = true
+	defer p.dir.close()
+	defer p.inv.closePipes()
+	// Package code never ran: only the barrier is in the group.
+	if _, err := p.inv.stop(true); err != nil {
+		return err // the record stays [GRP-2]
+	}
+	return firstErr(cause, p.dir.removeErr(p.name))
 }
 
 // firstErr returns the first non-nil error.
@@ -255,12 +376,23 @@ func (s *Spec) check() error {
 		return errcode.New(errcode.Internal, "launch: entrypoint %q is not an absolute path", s.Path)
 	case s.Verb == "" || s.Dir == "":
 		return errcode.New(errcode.Internal, "launch: verb and working directory are required")
+	case s.Argv != nil && len(s.Argv) == 0:
+		return errcode.New(errcode.Internal, "launch: an argv must hold at least the program name")
 	case s.StdoutLimit < 0 || s.StderrLimit < 0 || s.Timeout <= 0:
 		return errcode.New(errcode.Internal, "launch: stream limits must be >= 0 and the timeout > 0")
 	case s.Owner.ExtensionID == "" || s.Owner.BindingDigest == "" || s.Owner.RequestID == "" || s.Owner.Operation == "":
 		return errcode.New(errcode.Internal, "launch: owner extension id, binding digest, request id and operation are required")
 	}
 	return nil
+}
+
+// barrierArgv is the barrier's argv: [exe, BarrierArg, Path, Verb], or with
+// Argv [exe, barrierArgvArg, Path, Argv...].
+func (s *Spec) barrierArgv() []string {
+	if s.Argv != nil {
+		return append([]string{os.Args[0], barrierArgvArg, s.Path}, s.Argv...)
+	}
+	return []string{os.Args[0], BarrierArg, s.Path, s.Verb}
 }
 
 // what names the invocation in messages: never package text.
@@ -319,12 +451,20 @@ func start(s Spec) (*invocation, error) {
 		}
 	}
 	pidfd := -1
-	pid, err := syscall.ForkExec(selfExe, []string{os.Args[0], BarrierArg, s.Path, s.Verb}, &syscall.ProcAttr{
+	// Under forkMu (for writing) until the new leader is in leaders, so
+	// onlyLeaderChildren never sees it as a stranger.
+	forkMu.Lock()
+	pid, err := syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
 		Dir:   s.Dir,
 		Env:   s.Env,
 		Files: []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd(), child[3].Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 	})
+	if err == nil && pidfd >= 0 {
+		leaders.Store(pid, struct{}{})
+		supervised.Store(pid, struct{}{})
+	}
+	forkMu.Unlock()
 	closeAll(child[:])
 	if err != nil {
 		closeAll(host[:])
@@ -338,8 +478,16 @@ func start(s Spec) (*invocation, error) {
 		closeAll(host[:])
 		return nil, errcode.New(errcode.Internal, "start the launch barrier: this kernel has no pidfds (Linux 5.3 or later is required)")
 	}
+	// The leader's exit is awaited through the runtime's poller (a pidfd is
+	// readable once its process has exited), not by a thread blocked in
+	// waitid per invocation: a serve with hundreds of long polls keeps a
+	// handful of threads.
+	var file *os.File
+	if unix.SetNonblock(pidfd, true) == nil {
+		file = os.NewFile(uintptr(pidfd), "pidfd")
+	}
 	inv := &invocation{
-		g:          group{pgid: pid, pidfd: pidfd},
+		g:          group{pgid: pid, pidfd: pidfd, file: file},
 		stdin:      host[0],
 		stdout:     host[1],
 		stderr:     host[2],
@@ -351,11 +499,28 @@ func start(s Spec) (*invocation, error) {
 }
 
 // awaitLeader waits for the leader to exit without reaping it (WNOWAIT): the
-// unreaped leader pins the group's number until finish reaps it.
+// unreaped leader pins the group's number until finish reaps it. It waits
+// through the runtime's poller when the pidfd is registered there, else in a
+// blocking waitid.
 func (inv *invocation) awaitLeader() {
 	defer close(inv.leaderDone)
+	g := &inv.g
+	exited := func() bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, g.pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			return false
+		}
+		return err != nil || info.Signo != 0 // si_signo stays 0 while nothing has exited
+	}
+	if g.file != nil {
+		if rc, err := g.file.SyscallConn(); err == nil && rc.Read(func(uintptr) bool { return exited() }) == nil {
+			return
+		}
+		_ = unix.SetNonblock(g.pidfd, false)
+	}
 	var info unix.Siginfo
-	for unix.Waitid(unix.P_PIDFD, inv.g.pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	for unix.Waitid(unix.P_PIDFD, g.pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
 	}
 }
 
@@ -485,14 +650,14 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 		return nil, errcode.New(errcode.StderrOversized, "%s: stderr exceeded %d bytes", s.what(), s.StderrLimit)
 	case ws.Signaled():
 		return nil, errcode.New(errcode.ProcessFailed, "%s: entrypoint killed by signal %d (%s)", s.what(), int(ws.Signal()), ws.Signal())
-	case ws.ExitStatus() != 0:
+	case ws.ExitStatus() != 0 && !slices.Contains(s.AnswerStatuses, ws.ExitStatus()):
 		return nil, errcode.New(errcode.ProcessFailed, "%s: entrypoint exit status %d", s.what(), ws.ExitStatus())
-	case ws.leak:
+	case ws.leak && !s.StopLeftovers:
 		return nil, errcode.New(errcode.ProcessLeak, "%s: processes of the invocation group outlived the entrypoint; they were stopped", s.what())
 	case held:
 		return nil, errcode.New(errcode.ProcessLeak, "%s: stdout or stderr stayed open after the invocation group was gone: a process that left the group holds it (not signalled)", s.what())
 	}
-	return &Result{Stdout: inv.out.buf}, nil
+	return &Result{Stdout: inv.out.buf, ExitStatus: ws.ExitStatus()}, nil
 }
 
 // exitState is the leader's wait status plus whether anything of the group
@@ -505,15 +670,45 @@ type exitState struct {
 // stop brings the group to its end and proves it gone [GRP-2], [GRP-4].
 // With terminate, the group gets TERM at once; otherwise (the leader exited
 // on its own) it gets TERM only if a member is found alive, which is then a
-// leak. KILL follows termGrace later. The leader is reaped only once nothing
-// in the group is alive; the final proof is the pidfd group probe.
+// leak. KILL follows termGrace later. The final proof is the pidfd group
+// probe.
+//
+// The leader is normally reaped only once nothing in the group is alive:
+// while it is an unreaped zombie it pins the group's number for kill(-pgid)
+// and the /proc scan, and, should this process die meanwhile, it keeps the
+// recorded leader identity provable for Cleanup. But the kernel's group
+// probe counts that zombie, so proving a group empty that way means reaping
+// first. That is done when it cannot cost the proof anything (the fast path,
+// which needs no /proc scan): the leader exited on its own, the kernel
+// signals groups through pidfds (Linux 6.9+), and every child of this
+// process is the leader of one of its invocation groups (onlyLeaderChildren).
+// A member of the group other than the leader is then either a descendant of
+// the leader, and every live or zombie descendant of a dead leader descends
+// from a child of this subreaper that is not such a leader, or a process of
+// the same session that joined the group on purpose; the probe after the
+// reap still sees that one, and the scan below handles it.
 func (inv *invocation) stop(terminate bool) (exitState, error) {
 	g := &inv.g
 	var es exitState
 	fail := func(err error) (exitState, error) {
 		// Keep the leader unreaped and its pidfd open until it exits.
-		go func() { <-inv.leaderDone; unix.Close(g.pidfd) }()
+		go func() { <-inv.leaderDone; g.close() }()
 		return es, errcode.Wrap(errcode.ProcessCleanupFailed, err, "process group %d could not be proved gone; its owner record is kept", g.pgid)
+	}
+	reaped := false
+	if !terminate && g.groupSignals() && onlyLeaderChildren() {
+		if _, err := unix.Wait4(g.pgid, &es.WaitStatus, unix.WALL, nil); err != nil {
+			return fail(err)
+		}
+		leaders.Delete(g.pgid)
+		if g.empty() {
+			g.close()
+			return es, nil
+		}
+		// Something outlived the leader: a live member (a leak) or a zombie
+		// orphan to reap. From here the pidfd alone names the group, and
+		// the scan below sees its number pinned by those members.
+		reaped = true
 	}
 	if terminate {
 		g.signal(unix.SIGTERM)
@@ -522,7 +717,10 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 	deadline := time.Now().Add(termGrace)
 	killed := false
 	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
-		live, reaped, err := g.sweep()
+		if reaped && g.empty() {
+			break
+		}
+		live, swept, err := g.sweep()
 		if err != nil {
 			return fail(err)
 		}
@@ -532,7 +730,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 			step("terminating")
 			deadline = time.Now().Add(termGrace)
 		}
-		if live == 0 && reaped == 0 {
+		if live == 0 && swept == 0 {
 			break
 		}
 		if live > 0 && time.Now().After(deadline) {
@@ -544,14 +742,17 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		}
 		time.Sleep(delay)
 	}
-	// Nothing in the group is alive, the leader included.
-	select {
-	case <-inv.leaderDone:
-	case <-time.After(killWait):
-		return fail(errors.New("leader exit not reported"))
-	}
-	if _, err := unix.Wait4(g.pgid, &es.WaitStatus, unix.WALL, nil); err != nil {
-		return fail(err)
+	if !reaped {
+		// Nothing in the group is alive, the leader included.
+		select {
+		case <-inv.leaderDone:
+		case <-time.After(killWait):
+			return fail(errors.New("leader exit not reported"))
+		}
+		if _, err := unix.Wait4(g.pgid, &es.WaitStatus, unix.WALL, nil); err != nil {
+			return fail(err)
+		}
+		leaders.Delete(g.pgid)
 	}
 	// The leader is reaped; from here only the pidfd names the group. A
 	// member the sweep could not see (a fork racing the scan) or could not
@@ -567,7 +768,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 	if err != nil || !ok {
 		return fail(errors.Join(err, errors.New("members still alive after the leader was reaped")))
 	}
-	unix.Close(g.pidfd)
+	g.close()
 	return es, nil
 }
 

@@ -439,6 +439,35 @@ func TestHostSIGTERM(t *testing.T) {
 	assertNoRecords(t, f.records)
 }
 
+// [GRP-2] [GRP-4]: a process of the same session that is no descendant of
+// the entrypoint joins its group and outlives it. The host's only child is
+// the leader, so the group proof takes its fast path (reap the leader, then
+// the kernel's group probe), which must still find the joiner: process-leak,
+// the joiner stopped, the record removed.
+func TestForeignJoinerIsLeak(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	host, out := startHost(t, f, "await-joiner", "", 60000)
+	joiner := exec.Command(exe())
+	joiner.Env = []string{envMode + "=joiner", envReport + "=" + f.reports, noRaceExitSleep}
+	if err := joiner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { joiner.Process.Kill(); joiner.Wait() })
+	err := host.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 || out.String() != string(errcode.ProcessLeak) {
+		t.Fatalf("host: %v, output %q", err, out)
+	}
+	leader, joined := f.reported(t, "leader"), f.reported(t, "joiner")
+	if st := joiner.Wait(); st == nil || joiner.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("joiner: %v %v, want killed by TERM", st, joiner.ProcessState)
+	}
+	assertGone(t, "joiner", joined)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
 // [GRP-3] [LIFE-2]: a SIGKILLed host leaves the group running and its record
 // in place; Pins reports it; Cleanup proves the exact recorded identity,
 // stops that group, clears the record; Pins then reports nothing.
@@ -646,6 +675,47 @@ func TestCleanupDecisionTable(t *testing.T) {
 		_, err = List(f.records)
 		assertCode(t, err, errcode.SchemaInvalid)
 	})
+	t.Run("torn-record-of-earlier-boot-cleared", func(t *testing.T) {
+		// Records are not fsynced: a machine crash can leave one empty or
+		// torn. Its name carries the boot it was written in, and nothing of
+		// that boot runs, so it is skipped by readers and removed by
+		// Cleanup; a torn record of this boot is still refused.
+		f := newFixture(t)
+		path := fabricate(t, f.records, Record{Host: dead, Leader: &dead})
+		name := filepath.Base(path)
+		if !strings.HasPrefix(name, strings.ReplaceAll(dead.BootID, "-", "")) {
+			t.Fatalf("record name %s does not start with the boot id %s", name, dead.BootID)
+		}
+		earlier := filepath.Join(f.records, strings.ReplaceAll(otherBoot.BootID, "-", "")+name[32:])
+		for _, torn := range []string{"", `{"schema":"firstmate.ext`} {
+			if err := os.WriteFile(earlier, []byte(torn), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			recs, err := List(f.records)
+			if err != nil || len(recs) != 1 || recs[0].Path != path {
+				t.Fatalf("List: %+v %v", recs, err)
+			}
+			if pins, err := Pins(f.records, testOwner.BindingDigest); err != nil || len(pins) != 1 {
+				t.Fatalf("Pins: %+v %v", pins, err)
+			}
+		}
+		if n, err := Cleanup(f.records, func(r Record) bool { return false }); n != 0 || err != nil {
+			t.Fatalf("Cleanup = %d, %v", n, err)
+		}
+		if _, err := os.Stat(earlier); !errors.Is(err, os.ErrNotExist) {
+			t.Error("torn record of an earlier boot kept")
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Error("unselected record removed")
+		}
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := List(f.records)
+		assertCode(t, err, errcode.JSONInvalid)
+		_, err = Cleanup(f.records, all)
+		assertCode(t, err, errcode.JSONInvalid)
+	})
 	t.Run("dead-writer-temp-removed", func(t *testing.T) {
 		f := newFixture(t)
 		path := fabricate(t, f.records, Record{Phase: PhaseReserved, Host: dead})
@@ -790,5 +860,69 @@ func TestCrashInjection(t *testing.T) {
 			reapOrphans(t, orphans...)
 			assertNoRecords(t, f.records)
 		})
+	}
+}
+
+// [GRP-1] [GRP-2]: a prepared invocation has its record in phase group and a
+// barrier waiting in its own group, and no package code has run; Abort stops
+// that barrier, proves the group gone and removes the record; Run of another
+// prepared one behaves as Run; a context done before the release refuses
+// without running package code.
+func TestPrepareAbortRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	p, err := Prepare(context.Background(), f.spec("good"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := onlyRecord(t, f.records)
+	barrier := *rec.Leader
+	if live, err := alive(barrier); err != nil || !live {
+		t.Fatalf("barrier %+v not alive: %v", barrier, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if f.hasReport("leader") {
+		t.Fatal("package code ran before the release")
+	}
+	if err := p.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	assertReaped(t, "barrier", barrier)
+	assertGroupGone(t, barrier.PID)
+	assertNoRecords(t, f.records)
+	if f.hasReport("leader") {
+		t.Fatal("package code ran after Abort")
+	}
+	if _, err := p.Run(context.Background()); err == nil {
+		t.Fatal("Run after Abort succeeded")
+	}
+
+	s := f.spec("good")
+	s.Stdin = []byte("again")
+	p, err = Prepare(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Run(context.Background())
+	if err != nil || !strings.HasPrefix(string(res.Stdout), "ok:again|") {
+		t.Fatalf("Run: %q %v", res.Stdout, err)
+	}
+	if err := p.Abort(); err != nil {
+		t.Fatalf("Abort after Run: %v", err)
+	}
+	assertNoRecords(t, f.records)
+
+	g := newFixture(t)
+	p, err = Prepare(context.Background(), g.spec("good"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = p.Run(ctx)
+	assertCode(t, err, errcode.ProcessFailed)
+	assertNoRecords(t, g.records)
+	if g.hasReport("leader") {
+		t.Fatal("package code ran despite the cancelled context")
 	}
 }

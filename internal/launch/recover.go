@@ -13,11 +13,11 @@ import (
 )
 
 // Cleanup resolves the owner records in records that match selects, and
-// removes (with a directory fsync) each one whose group it proves gone
-// [GRP-3]. It returns how many it removed, and process-cleanup-failed if any
-// selected record stays. An absent directory has nothing to clean; a record
-// that cannot be read fails the call (json-invalid, schema-invalid, ...)
-// before anything is signalled.
+// removes each one whose group it proves gone [GRP-3]. It returns how many it
+// removed, and process-cleanup-failed if any selected record stays. An absent
+// directory has nothing to clean; a record of this boot that cannot be read
+// fails the call (json-invalid, schema-invalid, ...) before anything is
+// signalled.
 //
 // match sees each record with HostLive set. A record whose host is alive is a
 // live invocation: Cleanup never touches it, whatever match says; if match
@@ -58,7 +58,9 @@ import (
 // of a dead host's group are not its children.
 //
 // Temporary files of dead writers are removed as well; they carry no
-// ownership.
+// ownership. So are records that cannot be read and whose name says they were
+// written in an earlier boot (see List): whatever is selected, they own
+// nothing and are not counted.
 func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
 	d, err := openRecordDir(records, false)
 	if d == nil || err != nil {
@@ -106,7 +108,7 @@ func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
 			cleaned++
 		}
 	}
-	if err := d.removeDeadTemps(); err != nil {
+	if err := d.removeDebris(); err != nil {
 		return cleaned, err
 	}
 	if len(kept) > 0 {
@@ -190,18 +192,30 @@ func resolveWithoutLeader(pgid int) (string, error) {
 	return "", nil
 }
 
-// removeDeadTemps removes the temporary files whose writer is no longer
-// alive. The boot id is not in a temporary name, so a writer pid and start
-// time that match a live process of a later boot keep the file: safe, only
-// untidy.
-func (d *recordDir) removeDeadTemps() error {
+// removeDebris removes the temporary files whose writer is no longer alive,
+// and the unreadable records of earlier boots. A temporary name holds the
+// writer's pid and start time, checked against this boot, so a writer pid and
+// start time of an earlier boot that match a live process of this one keep
+// the file: safe, only untidy.
+func (d *recordDir) removeDebris() error {
 	boot, err := bootID()
 	if err != nil {
 		return err
 	}
-	_, temps, err := d.scan()
+	records, temps, err := d.scan()
 	if err != nil {
 		return err
+	}
+	for _, name := range records {
+		if strings.HasPrefix(name, bootPrefix(boot)) {
+			continue
+		}
+		if _, err := d.read(name); err == nil || errors.Is(err, unix.ENOENT) {
+			continue // readable: the decision table applies
+		}
+		if _, err := d.remove(name); err != nil {
+			return err
+		}
 	}
 	for _, name := range temps {
 		writer, _ := parseTempName(name)

@@ -13,8 +13,10 @@
 package lifecycle
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -25,9 +27,19 @@ import (
 // Lock is a held lifecycle lock.
 type Lock struct{ f *os.File }
 
-// Acquire blocks until it holds the lifecycle lock of h. It creates
-// data/extensions (0700) and the lock file (0600) when absent.
-func Acquire(h *home.Home) (*Lock, error) {
+// pollMax caps the back-off between two attempts at a held lock.
+const pollMax = 50 * time.Millisecond
+
+// Acquire waits until it holds the lifecycle lock of h, or until ctx is done
+// (process-failed, nothing held): a command interrupted by SIGTERM or SIGINT
+// while another holds the lock stops at once. It creates data/extensions
+// (0700) and the lock file (0600) when absent.
+//
+// The wait tries the lock without blocking (LOCK_NB) with a short back-off,
+// up to pollMax, instead of blocking in flock(2), which no signal the
+// runtime handles would interrupt. A waiter can only get the lock once the
+// holder has dropped it or died; it never steals it.
+func Acquire(ctx context.Context, h *home.Home) (*Lock, error) {
 	dir := h.Extensions()
 	if err := home.EnsurePrivate(filepath.Dir(dir), false); err != nil {
 		return nil, err
@@ -43,19 +55,26 @@ func Acquire(h *home.Home) (*Lock, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
 		unix.Close(fd)
-		return nil, errcode.New(errcode.PathUnsafe, "lifecycle lock %q is not a regular file you own", path)
+		return nil, errcode.New(errcode.PathUnsafe, "lifecycle lock %q is not a regular file you own; remove it while no fm command runs (fm creates it again)", path)
 	}
-	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
+	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
+		switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err {
+		case nil:
+			return &Lock{f: os.NewFile(uintptr(fd), path)}, nil
+		case unix.EWOULDBLOCK, unix.EINTR:
+		default:
+			unix.Close(fd)
+			return nil, errcode.Wrap(errcode.Internal, err, "lock %q", path)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			unix.Close(fd)
+			return nil, errcode.Wrap(errcode.ProcessFailed, context.Cause(ctx), "interrupted while waiting for the lifecycle lock %q (another bind, registration or retirement holds it); nothing was changed", path)
+		case <-t.C:
 		}
 	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, errcode.Wrap(errcode.Internal, err, "lock %q", path)
-	}
-	return &Lock{f: os.NewFile(uintptr(fd), path)}, nil
 }
 
 // Release drops the lock.

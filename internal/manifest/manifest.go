@@ -65,13 +65,16 @@ func Parse(data []byte, what string) (*Manifest, error) {
 	if err := strictjson.Decode(data, MaxBytes, what, &m); err != nil {
 		return nil, err
 	}
-	if err := m.validate(what); err != nil {
+	if err := m.Validate(what); err != nil {
 		return nil, err
 	}
 	return &m, nil
 }
 
-func (m *Manifest) validate(what string) error {
+// Validate applies the rules of [MAN-1]..[MAN-5] that the JSON shape does not
+// (everything but the entrypoint's presence in a tree). what names the file in
+// errors.
+func (m *Manifest) Validate(what string) error {
 	bad := func(format string, args ...any) error {
 		return errcode.New(errcode.SchemaInvalid, "%s: %s", what, fmt.Sprintf(format, args...))
 	}
@@ -84,7 +87,7 @@ func (m *Manifest) validate(what string) error {
 	if err := CheckVersion(m.Version); err != nil {
 		return bad("%v", err)
 	}
-	if err := checkInts(m.HostProtocols, "host_protocols"); err != nil {
+	if err := CheckVersionList(m.HostProtocols, "host_protocols"); err != nil {
 		return bad("%v", err)
 	}
 	if err := CheckEntrypoint(m.Entrypoint); err != nil {
@@ -97,7 +100,7 @@ func (m *Manifest) validate(what string) error {
 	if c.Name != CapabilityName {
 		return errcode.New(errcode.CapabilityMismatch, "%s: capability %q is not supported; only %q is", what, c.Name, CapabilityName)
 	}
-	if err := checkInts(c.Versions, "capabilities[0].versions"); err != nil {
+	if err := CheckVersionList(c.Versions, "capabilities[0].versions"); err != nil {
 		return bad("%v", err)
 	}
 	if err := CheckAdapterNames(c.AdapterNames); err != nil {
@@ -119,7 +122,7 @@ func (m *Manifest) validate(what string) error {
 // CheckID applies the extension id rule.
 func CheckID(id string) error {
 	if len(id) > 128 || !idRe.MatchString(id) {
-		return fmt.Errorf("id %q must be lower-case dotted or dashed words, at most 128 bytes", trunc(id))
+		return fmt.Errorf("id %q must be lower-case words joined by '.' or '-' (^[a-z0-9]+([.-][a-z0-9]+)*$), at most 128 bytes", trunc(id))
 	}
 	return nil
 }
@@ -153,7 +156,7 @@ func CheckAdapterNames(names []string) error {
 // CheckAdapter applies the adapter-name rule.
 func CheckAdapter(n string) error {
 	if len(n) > 32 || !adapterRe.MatchString(n) {
-		return fmt.Errorf("adapter name %q must be lower-case dashed words, at most 32 bytes", trunc(n))
+		return fmt.Errorf("adapter name %q must be lower-case words joined by '-' (^[a-z0-9]+(-[a-z0-9]+)*$), at most 32 bytes", trunc(n))
 	}
 	return nil
 }
@@ -170,15 +173,20 @@ func CheckEntrypoint(p string) error {
 	}
 	for _, comp := range strings.Split(p, "/") {
 		if comp == "" || comp == "." || comp == ".." {
-			return fmt.Errorf("entrypoint %q must be a normalized relative path", trunc(p))
+			return fmt.Errorf("entrypoint %q must be a relative '/'-separated path with no empty, '.' or '..' component", trunc(p))
 		}
 	}
 	return nil
 }
 
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+// isControl reports a C0 or C1 control character or DEL, the set
+// internal/protocol refuses in a config ref or diagnostic.
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
 
-func checkInts(xs []int64, field string) error {
+// CheckVersionList applies the rule of host_protocols and capability versions
+// ([MAN-2]): a non-empty, duplicate-free list of integers 1..2^31-1. field
+// names the list in errors.
+func CheckVersionList(xs []int64, field string) error {
 	if len(xs) == 0 {
 		return fmt.Errorf("%s must not be empty", field)
 	}

@@ -51,6 +51,8 @@ func TestParse(t *testing.T) {
 		{"MAN-3 dot entrypoint", mutate(`"bin/firstmate-extension"`, `"./x"`), errcode.EntrypointInvalid},
 		{"MAN-3 backslash entrypoint", mutate(`"bin/firstmate-extension"`, `"bin\\x"`), errcode.EntrypointInvalid},
 		{"MAN-3 control entrypoint", mutate(`"bin/firstmate-extension"`, `"bin\tx"`), errcode.EntrypointInvalid},
+		{"MAN-3 delete entrypoint", mutate(`"bin/firstmate-extension"`, `"bin\u007fx"`), errcode.EntrypointInvalid},
+		{"MAN-3 C1 control entrypoint", mutate(`"bin/firstmate-extension"`, `"bin\u0085x"`), errcode.EntrypointInvalid},
 		{"MAN-3 empty component", mutate(`"bin/firstmate-extension"`, `"bin//x"`), errcode.EntrypointInvalid},
 		{"MAN-3 too long", mutate(`"bin/firstmate-extension"`, `"`+strings.Repeat("a", 257)+`"`), errcode.EntrypointInvalid},
 		{"MAN-4 two capabilities", mutate(`}],`, `},{"name":"process-event-adapter","versions":[1],"adapter_names":["x"]}],`), errcode.CapabilityMismatch},
@@ -77,6 +79,7 @@ func TestParse(t *testing.T) {
 		mutate(`"1.2.3"`, `"1.0.0-rc.1+build.5"`),
 		mutate(`"host_protocols":[1]`, `"host_protocols":[2,1]`),
 		mutate(`"bin/firstmate-extension"`, `"`+strings.Repeat("a", 256)+`"`),
+		mutate(`"bin/firstmate-extension"`, `"bin/\u00a0é"`),
 		mutate(`["review-feed"]`, `["`+strings.Repeat("a", 32)+`"]`),
 		mutate(`org.example.review-feed`, strings.Repeat("a", 128)),
 	} {

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // Install copies the package at src, whose first Scan gave want, into the
@@ -35,23 +36,27 @@ import (
 // Finally dst is rescanned as Installed and src as Source: both digests must
 // still be want.Digest, else what this call built is removed and the result
 // is integrity-mismatch. On every failure the temp directory is removed.
-func Install(src string, want *Tree, dst string) error {
+func Install(src string, want *Tree, dst string) error { return InstallWith(src, want, dst, Options{}) }
+
+// InstallWith is Install with the hooks of opts, which its copy and every
+// scan it makes report to.
+func InstallWith(src string, want *Tree, dst string, opts Options) error {
 	if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst {
 		return errcode.New(errcode.PathUnsafe, "store directory %q is not an absolute clean path", dst)
 	}
 	parent := filepath.Dir(dst)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
+	if err := fsutil.MkdirAllSync(parent, 0o700); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "create %s", parent)
 	}
 	if c, err := filepath.EvalSymlinks(parent); err != nil || c != parent {
 		return errcode.New(errcode.LinkUnsafe, "store directory %s is not canonical", parent)
 	}
 	if _, err := os.Lstat(dst); err == nil {
-		return reuse(dst, want)
+		return reuse(dst, want, opts)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return errcode.Wrap(errcode.Internal, err, "stat %s", dst)
 	}
-	tmp, err := build(src, want, parent)
+	tmp, err := build(src, want, parent, opts)
 	if err != nil {
 		return err
 	}
@@ -59,7 +64,7 @@ func Install(src string, want *Tree, dst string) error {
 	if err != nil {
 		removeAll(tmp)
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			return reuse(dst, want)
+			return reuse(dst, want, opts)
 		}
 		return errcode.Wrap(errcode.Internal, err, "rename %s to %s", tmp, dst)
 	}
@@ -67,7 +72,7 @@ func Install(src string, want *Tree, dst string) error {
 		removeAll(dst)
 		return err
 	}
-	if err := recheck(src, want, dst); err != nil {
+	if err := recheck(src, want, dst, opts); err != nil {
 		removeAll(dst)
 		return err
 	}
@@ -76,8 +81,8 @@ func Install(src string, want *Tree, dst string) error {
 
 // reuse accepts an existing store directory only when it is a valid installed
 // tree with the wanted digest.
-func reuse(dst string, want *Tree) error {
-	t, err := Scan(dst, Installed)
+func reuse(dst string, want *Tree, opts Options) error {
+	t, err := ScanWith(dst, Installed, opts)
 	if err != nil {
 		return err
 	}
@@ -88,15 +93,15 @@ func reuse(dst string, want *Tree) error {
 }
 
 // recheck rescans the new copy and the source after the install.
-func recheck(src string, want *Tree, dst string) error {
-	t, err := Scan(dst, Installed)
+func recheck(src string, want *Tree, dst string, opts Options) error {
+	t, err := ScanWith(dst, Installed, opts)
 	if err != nil {
 		return errcode.Wrap(errcode.IntegrityMismatch, err, "installed package %s does not verify", dst)
 	}
 	if t.Digest != want.Digest {
 		return errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s", dst, t.Digest, want.Digest)
 	}
-	t, err = Scan(src, Source)
+	t, err = ScanWith(src, Source, opts)
 	if err != nil {
 		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
 	}
@@ -108,7 +113,7 @@ func recheck(src string, want *Tree, dst string) error {
 
 // build copies src into a new sealed temp directory inside parent and
 // returns its path. The temp directory is removed on failure.
-func build(src string, want *Tree, parent string) (_ string, err error) {
+func build(src string, want *Tree, parent string, opts Options) (_ string, err error) {
 	w, err := openTree(src, Source)
 	if err != nil {
 		return "", err
@@ -136,9 +141,9 @@ func build(src string, want *Tree, parent string) (_ string, err error) {
 			}
 		}
 	}
-	err = w.eachFile(func(wk *worker, i int) error {
+	err = w.eachFile(opts.metered(w, StageCopying, func(wk *worker, i int) error {
 		return copyFile(wk, i, filepath.Join(tmp, filepath.FromSlash(w.entries[i].Path)), want.Entries[i].SHA256)
-	})
+	}))
 	if err != nil {
 		return "", err
 	}

@@ -126,8 +126,11 @@ func FileSHA256(t *Tree, rel string) (string, bool) {
 
 // Scan validates the package tree at root under policy p and returns its
 // entries and digest. Every refusal is a coded error naming the offending path.
-// Files are hashed in parallel, one worker per CPU.
-func Scan(root string, p Policy) (*Tree, error) {
+// Files are hashed in parallel, one worker per CPU (one for a small tree).
+func Scan(root string, p Policy) (*Tree, error) { return ScanWith(root, p, Options{}) }
+
+// ScanWith is Scan with the hooks of opts.
+func ScanWith(root string, p Policy, opts Options) (*Tree, error) {
 	w, err := openTree(root, p)
 	if err != nil {
 		return nil, err
@@ -136,7 +139,7 @@ func Scan(root string, p Policy) (*Tree, error) {
 	if err := w.walk(); err != nil {
 		return nil, err
 	}
-	err = w.eachFile(func(wk *worker, i int) error {
+	err = w.eachFile(opts.metered(w, p.stage(), func(wk *worker, i int) error {
 		fd, err := wk.open(i)
 		if err != nil {
 			return err
@@ -144,7 +147,7 @@ func Scan(root string, p Policy) (*Tree, error) {
 		defer unix.Close(fd)
 		w.entries[i].SHA256, err = wk.read(i, fd, nil)
 		return err
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -421,10 +424,36 @@ func safeName(name string) bool {
 	return true
 }
 
-// eachFile runs fn for every file entry on runtime.NumCPU() workers and
-// returns the error of the earliest failing file in digest order, if any;
-// after a failure the workers stop taking files.
+// readBuf is the most a worker reads at once.
+const readBuf = 256 << 10
+
+// smallTree is the content size below which one worker, on the calling
+// goroutine, hashes every file: parallel workers only pay off when there
+// are bytes to share. A typical package (an entrypoint and a manifest) is
+// far below it, and it is revalidated before every invocation.
+const smallTree = 1 << 20
+
+// eachFile runs fn for every file entry on runtime.NumCPU() workers (one,
+// inline, for a tree under smallTree bytes) and returns the error of the
+// earliest failing file in digest order, if any; after a failure the workers
+// stop taking files. Each worker's buffer is no larger than the largest file
+// needs (its size plus the byte that reveals growth), up to readBuf.
 func (w *walker) eachFile(fn func(wk *worker, i int) error) error {
+	var largest int64
+	for _, i := range w.files {
+		largest = max(largest, w.entries[i].Size)
+	}
+	bufSize := int(min(largest+1, readBuf))
+	if w.bytes < smallTree || len(w.files) < 2 {
+		wk := &worker{w: w, buf: make([]byte, bufSize), h: sha256.New()}
+		defer wk.close()
+		for _, i := range w.files {
+			if err := fn(wk, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	n := min(runtime.NumCPU(), len(w.files))
 	var (
 		next    atomic.Int64
@@ -436,7 +465,7 @@ func (w *walker) eachFile(fn func(wk *worker, i int) error) error {
 	)
 	for range n {
 		wg.Go(func() {
-			wk := &worker{w: w, buf: make([]byte, 256<<10), h: sha256.New()}
+			wk := &worker{w: w, buf: make([]byte, bufSize), h: sha256.New()}
 			defer wk.close()
 			for !stop.Load() {
 				k := int(next.Add(1) - 1)

@@ -27,6 +27,22 @@ import (
 // wake within one interval, and a result nobody handles is repeated once per
 // interval. The rule reads only the queue, so it holds across restarts of
 // serve.
+//
+// A result whose announcement its runner is still deciding is not a
+// candidate [CAP-4]: the runner publishes <source-id>.<seq>.pending before
+// the .result and removes it only once the decision is durable (the handled
+// marker of a silent result, or the check wake), all while it holds the
+// source's claim, and it may spend a verdict's whole timeout asking. So a
+// result is skipped while its pending marker exists and the source's claim is
+// held. A marker whose claim is free was left by a runner that died (or
+// failed) before deciding: its result is a candidate like any other, so a
+// crashed runner's result is still announced. (The next runner of the source
+// removes such markers under its claim, so they cannot shelter a result
+// behind a later runner's claim.) The runner makes its decision durable
+// before it removes the marker, and removes the marker before it releases the
+// claim; here the handled marker is looked at again after the pending marker
+// and the claim, and the queue is read last. So a decision completed while
+// this runs is seen: the result is handled, or its wake is in the queue.
 
 // WakeKind is the wake kind of an announcement.
 const WakeKind = "check"
@@ -57,6 +73,24 @@ func (d *dirs) reannounce(interval time.Duration) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	var due []*Meta
+	for i := range results {
+		r := &results[i]
+		if r.Handled {
+			continue
+		}
+		deciding, err := d.deciding(r.SourceID, r.Sequence)
+		if err != nil {
+			return 0, err
+		}
+		if deciding || existsAt(d.inbox, name(r.SourceID, r.Sequence, handledSuffix)) {
+			continue
+		}
+		due = append(due, &r.Meta)
+	}
+	if len(due) == 0 {
+		return 0, nil
+	}
 	wakes, err := wake.List(d.state.Name(), 0)
 	if err != nil {
 		return 0, err
@@ -69,14 +103,30 @@ func (d *dirs) reannounce(interval time.Duration) (int, error) {
 	}
 	cutoff := time.Now().Add(-interval).Unix()
 	n := 0
-	for _, r := range results {
-		if r.Handled || max(r.CapturedAt, latest[wakeKey(r.SourceID, r.Sequence)]) > cutoff {
+	for _, m := range due {
+		if max(m.CapturedAt, latest[wakeKey(m.SourceID, m.Sequence)]) > cutoff {
 			continue
 		}
-		if err := announce(d.state, &r.Meta); err != nil {
+		if err := announce(d.state, m); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// deciding reports whether the runner that captured result seq of source id
+// is still deciding its announcement: the pending marker exists and a live
+// runner holds the source's claim. The claim is probed as fm doctor probes it
+// (held): shared, without waiting, released at once.
+func (d *dirs) deciding(id string, seq int64) (bool, error) {
+	if d.reg == nil || !existsAt(d.inbox, name(id, seq, pendingSuffix)) {
+		return false, nil
+	}
+	busy, err := held(d.reg, id+claimSuffix)
+	if err != nil || !busy {
+		return false, err
+	}
+	// Held: still deciding, unless the decision completed meanwhile.
+	return existsAt(d.inbox, name(id, seq, pendingSuffix)), nil
 }

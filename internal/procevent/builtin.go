@@ -1,21 +1,19 @@
 package procevent
 
 import (
-	"bytes"
 	"context"
-	"io"
+	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
 )
@@ -38,12 +36,24 @@ import (
 // prints one lower-case token; terminal and silent print "true" or "false".
 // Any other answer, a non-zero exit or a timeout is a failure: no
 // classification, and the false path for terminal and silent.
+//
+// Supervision [RUN-4], [REG-4], [GRP-1]..[GRP-3]: every built-in process
+// (polls and verdicts) runs under exactly the supervision of an extension
+// invocation (package launch): the launch barrier starts it in a new process
+// group, and its owner record <state>/extension-invocations/<hex>.owner.json
+// is published before the command runs, with extension_id and binding_digest
+// both "builtin:<adapter>" (BuiltinOwner; a built-in has no binding), the
+// source id and the operation. When the command exits, is stopped, times out
+// or overflows, the group is stopped and proved gone; anything left in it
+// after the command answered is stopped too, and the answer stands (a
+// built-in owns no process beyond its answer). If the runner dies, the record
+// stays, and the next start, reconcile, serve, retirement or
+// `fm extension cleanup-invocations` proves that exact group gone (stopping
+// it) before the source polls again, exactly as for an extension's poll.
 
 const (
 	builtinPollTimeout    = 300 * time.Second
 	builtinVerdictTimeout = 30 * time.Second
-	// builtinGrace is how long a stopped group has between TERM and KILL.
-	builtinGrace = 500 * time.Millisecond
 	// builtinNoResult is the exit status of a poll with no result
 	// (EX_TEMPFAIL), the same as `fm extension process-event`'s.
 	builtinNoResult  = 75
@@ -53,19 +63,82 @@ const (
 // builtinEnv is the whole environment of an adapter script's verdicts.
 var builtinEnv = []string{"PATH=" + host.SystemPath, "LANG=C", "LC_ALL=C"}
 
-// pollBuiltin runs one built-in poll; nil content with a nil error is no
-// result.
-func pollBuiltin(ctx context.Context, argv []string) ([]byte, error) {
-	out, status, err := runGroup(ctx, argv, os.Environ(), nil, protocol.MaxPollOutput, builtinPollTimeout)
+// BuiltinOwner is the extension_id and binding_digest of the owner record of
+// a built-in adapter's process: "builtin:<adapter>". It never equals a
+// binding digest (sha256:<hex>), so no binding is ever pinned by it.
+func BuiltinOwner(adapter string) string { return "builtin:" + adapter }
+
+// builtinRun is one supervised run of a built-in adapter's process.
+type builtinRun struct {
+	adapter, sourceID, op string
+	argv                  []string // argv[0] is absolute or a bare name
+	env                   []string
+	stdin                 []byte
+	limit                 int
+	timeout               time.Duration
+	answers               []int // non-zero exit statuses that are an answer
+}
+
+// run runs b through the launch supervision and returns its stdout and exit
+// status.
+func (b builtinRun) run(ctx context.Context, h *home.Home) ([]byte, int, error) {
+	path := b.argv[0]
+	if !filepath.IsAbs(path) {
+		// A bare name, looked up in the runner's PATH; a lookup that only
+		// finds it relative to the working directory is refused.
+		found, err := exec.LookPath(path)
+		if err != nil || !filepath.IsAbs(found) {
+			return nil, 0, errcode.New(errcode.ProcessFailed, "built-in %s program %q is not an executable found in PATH", b.adapter, path)
+		}
+		path = found
+	}
+	if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
+		return nil, 0, err
+	}
+	owner := BuiltinOwner(b.adapter)
+	res, err := launch.Run(ctx, launch.Spec{
+		Path:           path,
+		Verb:           filepath.Base(path), // names it in messages only
+		Argv:           b.argv,
+		Dir:            "/",
+		Env:            b.env,
+		Stdin:          b.stdin,
+		StdoutLimit:    b.limit,
+		StderrLimit:    math.MaxInt, // discarded, never bounded (only counted)
+		Timeout:        b.timeout,
+		Records:        h.Invocations(),
+		AnswerStatuses: b.answers,
+		StopLeftovers:  true,
+		Owner: launch.Owner{
+			ExtensionID:   owner,
+			BindingDigest: owner,
+			RequestID:     protocol.NewRequestID(),
+			SourceID:      b.sourceID,
+			Operation:     b.op,
+		},
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res.Stdout, res.ExitStatus, nil
+}
+
+// pollBuiltin runs one built-in poll of r; nil content with a nil error is
+// no result.
+func pollBuiltin(ctx context.Context, h *home.Home, r *Registration) ([]byte, error) {
+	out, status, err := builtinRun{
+		adapter: r.Adapter, sourceID: r.SourceID, op: protocol.OpPoll,
+		argv: r.Argv, env: os.Environ(),
+		limit: protocol.MaxPollOutput, timeout: builtinPollTimeout,
+		answers: []int{builtinNoResult},
+	}.run(ctx, h)
 	switch {
 	case err != nil:
 		return nil, err
-	case status == builtinNoResult || (status == 0 && len(out) == 0):
+	case status == builtinNoResult || len(out) == 0:
 		return nil, nil
-	case status == 0:
-		return out, nil
 	}
-	return nil, errcode.New(errcode.ProcessFailed, "built-in poll %q exited with status %d", argv[0], status)
+	return out, nil
 }
 
 // askBuiltin asks the adapter script of a built-in result one of the result
@@ -73,12 +146,14 @@ func pollBuiltin(ctx context.Context, argv []string) ([]byte, error) {
 func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content []byte) (any, error) {
 	verb := strings.TrimPrefix(op, "result.")
 	script := host.BuiltinScript(h, m.Adapter)
-	out, status, err := runGroup(ctx, []string{script, verb, m.SourceID, strconv.FormatInt(m.Sequence, 10)}, builtinEnv, content, maxVerdictOutput, builtinVerdictTimeout)
+	out, _, err := builtinRun{
+		adapter: m.Adapter, sourceID: m.SourceID, op: op,
+		argv:  []string{script, verb, m.SourceID, strconv.FormatInt(m.Sequence, 10)},
+		env:   builtinEnv,
+		stdin: content, limit: maxVerdictOutput, timeout: builtinVerdictTimeout,
+	}.run(ctx, h)
 	if err != nil {
 		return nil, err
-	}
-	if status != 0 {
-		return nil, errcode.New(errcode.ProcessFailed, "built-in adapter %q %s exited with status %d", script, verb, status)
 	}
 	answer := strings.TrimSuffix(string(out), "\n")
 	if op == protocol.OpClassify {
@@ -93,111 +168,4 @@ func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content [
 		return nil, errcode.New(errcode.ResponseInvalid, "built-in adapter %q %s must answer true or false", script, verb)
 	}
 	return &protocol.BoolResult{Value: answer == "true"}, nil
-}
-
-// runGroup runs argv directly in a new process group with exactly env and
-// stdin, keeps at most limit bytes of stdout (one more stops it:
-// response-oversized) and discards stderr. The timeout or ctx stops it
-// (timeout, process-failed). Returns stdout and the exit status (-1 for a
-// death by signal).
-//
-// Stopping sends TERM to the whole group, then KILL after builtinGrace. When
-// the leader exits, whatever is left of its group is killed as well: a
-// built-in poll owns no process beyond its answer. The leader is observed
-// with waitid(WNOWAIT) and reaped only after those signals, so its unreaped
-// zombie pins the group number and no signal can reach a reused group.
-func runGroup(ctx context.Context, argv, env []string, stdin []byte, limit int, timeout time.Duration) ([]byte, int, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, 0, errcode.Wrap(errcode.Internal, err, "pipe")
-	}
-	defer r.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout = env, "/", bytes.NewReader(stdin), w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return nil, 0, errcode.Wrap(errcode.ProcessFailed, err, "start %q", argv[0])
-	}
-	pgid := cmd.Process.Pid
-
-	var out []byte
-	over := make(chan struct{})
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		out, _ = io.ReadAll(io.LimitReader(r, int64(limit)+1))
-		if len(out) > limit {
-			close(over)
-		}
-	}()
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		var info unix.Siginfo
-		for unix.Waitid(unix.P_PID, pgid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
-		}
-	}()
-
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var stopErr error
-	select {
-	case <-exited:
-	case <-ctx.Done():
-		stopErr = errcode.New(errcode.ProcessFailed, "%q was interrupted", argv[0])
-	case <-timer.C:
-		stopErr = errcode.New(errcode.Timeout, "%q did not answer within %s", argv[0], timeout)
-	case <-over:
-		stopErr = errcode.New(errcode.ResponseOversized, "%q wrote more than %d bytes", argv[0], limit)
-	}
-	if stopErr != nil {
-		unix.Kill(-pgid, unix.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(builtinGrace):
-		}
-	}
-	unix.Kill(-pgid, unix.SIGKILL)
-	<-exited
-	// Every member is killed; a member that escaped the group (setsid) may
-	// still hold stdout, so the read gets a bounded wait.
-	select {
-	case <-read:
-	case <-time.After(time.Second):
-		r.Close()
-		<-read
-	}
-	werr := cmd.Wait()
-	reapGroup(pgid)
-	if stopErr != nil {
-		return nil, 0, stopErr
-	}
-	if len(out) > limit {
-		return nil, 0, errcode.New(errcode.ResponseOversized, "%q wrote more than %d bytes", argv[0], limit)
-	}
-	if werr != nil && cmd.ProcessState == nil {
-		return nil, 0, errcode.Wrap(errcode.ProcessFailed, werr, "wait for %q", argv[0])
-	}
-	return out, cmd.ProcessState.ExitCode(), nil
-}
-
-// reapGroup reaps the zombies of group pgid that are this process's own
-// children: members orphaned by the leader re-parent here when fm is a child
-// subreaper (see package launch), and nobody else would reap them. Only
-// children in that exact group are waited for.
-func reapGroup(pgid int) {
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-pgid, &ws, unix.WNOHANG, nil)
-		switch {
-		case err == unix.EINTR || pid > 0:
-			continue
-		case err != nil:
-			return // ECHILD: no child of ours is left in the group
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -31,8 +31,17 @@ import (
 // a retire that dies withdraws its request with it, and a stale request can
 // never stop a later poll.
 //
-// Lock files are created once and never removed, so all parties always lock
-// the same inode.
+// Lock files exist only for registered sources [CAP-6]: a runner reads the
+// registration (and checks the external boundary) before it touches any lock
+// file, so `start` of an unknown source creates nothing; registration
+// creates the claim; and whoever ends a source's registration while holding
+// its claim (a retire, a terminal verdict) removes both lock files before
+// releasing it. Because a lock file can be removed, a lock is valid only
+// while its file is still the entry at its name: every locker checks that
+// once it holds the lock (linked) and otherwise starts again on the current
+// file, so two parties never believe they hold "the" claim through two
+// different inodes. A party that finds the source gone once it holds the
+// claim removes the lock files it may have created.
 
 const (
 	claimSuffix = ".claim"
@@ -49,18 +58,38 @@ var errStopped = errors.New("a retire stopped the poll")
 type claim struct{ f *os.File }
 
 // claim takes the claim of id without waiting; nil means a live runner holds
-// it.
+// it. It creates the lock file when absent, so call it only for a source that
+// is registered (or is being registered); see removeLocks.
 func (d *dirs) claim(id string) (*claim, error) {
-	f, err := lockFile(d.reg, id+claimSuffix)
-	if err != nil {
-		return nil, err
+	for {
+		f, err := lockFile(d.reg, id+claimSuffix)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := tryLock(f, unix.LOCK_EX)
+		if !ok {
+			f.Close()
+			return nil, err
+		}
+		if ok, err := linked(d.reg, id+claimSuffix, f); ok || err != nil {
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			return &claim{f: f}, nil
+		}
+		f.Close() // removed by the claim's previous holder: lock the current file
 	}
-	ok, err := tryLock(f, unix.LOCK_EX)
-	if !ok {
-		f.Close()
-		return nil, err
+}
+
+// removeLocks removes id's claim and stop-request files. The caller holds the
+// claim and has found the source unregistered: the next claim of a new
+// registration creates them again, and anyone still holding one of the
+// removed files finds it unlinked (linked) and starts again.
+func (d *dirs) removeLocks(id string) {
+	for _, n := range []string{id + claimSuffix, id + stopSuffix} {
+		_ = unix.Unlinkat(int(d.reg.Fd()), n, 0)
 	}
-	return &claim{f: f}, nil
 }
 
 func (c *claim) release() { c.f.Close() }
@@ -69,19 +98,32 @@ func (c *claim) release() { c.f.Close() }
 // stopWait for the claim. The returned release function drops both the
 // claim and the stop request.
 func (d *dirs) awaitClaim(id string) (release func(), err error) {
-	stop, err := lockFile(d.reg, id+stopSuffix)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(stop.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
+	var stop *os.File
+	for stop == nil {
+		f, err := lockFile(d.reg, id+stopSuffix)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if err != nil {
-		stop.Close()
-		return nil, errcode.Wrap(errcode.Internal, err, "lock %q", stop.Name())
+		for {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		if err != nil {
+			f.Close()
+			return nil, errcode.Wrap(errcode.Internal, err, "lock %q", f.Name())
+		}
+		ok, err := linked(d.reg, id+stopSuffix, f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if ok {
+			stop = f
+		} else {
+			f.Close() // removed by a retire that held it: request on the current file
+		}
 	}
 	deadline := time.Now().Add(stopWait)
 	for {

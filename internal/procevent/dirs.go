@@ -18,8 +18,10 @@ import (
 )
 
 // dirs are the pinned directory handles one operation works through: the
-// state root, the registry <state>/procevent and, when opened, the inbox
-// <state>/procevent-inbox.
+// state root, the registry <state>/procevent (nil for a reader when it does
+// not exist) and, when opened, the inbox <state>/procevent-inbox. The
+// registry and the inbox are pinned independently: a home whose registry is
+// gone can still hold captured results, and a reader must see them.
 //
 // Every handle is opened without following a final link and checked on the
 // descriptor itself (home.OpenPrivate), and each child is proved to be the
@@ -45,8 +47,9 @@ type dirs struct {
 var errAbsent = errors.New("absent")
 
 // openDirs pins the state root and the registry. With create, missing
-// directories are created 0700 first; without, a missing one is errAbsent
-// and nothing is created.
+// directories are created 0700 first; without, nothing is created: a missing
+// state root is errAbsent, and a missing registry leaves d.reg nil (the
+// inbox may still exist; see openInbox).
 func openDirs(h *home.Home, strict, create bool) (*dirs, error) {
 	if create {
 		if err := home.EnsurePrivate(h.State, strict); err != nil {
@@ -60,7 +63,9 @@ func openDirs(h *home.Home, strict, create bool) (*dirs, error) {
 		return nil, err
 	}
 	d := &dirs{h: h, strict: strict, state: state}
-	if d.reg, err = d.child(h.Registrations(), create); err != nil {
+	if d.reg, err = d.child(h.Registrations(), create); err == errAbsent {
+		d.reg = nil
+	} else if err != nil {
 		d.close()
 		return nil, err
 	}
@@ -262,9 +267,11 @@ func namesAt(dir *os.File) ([]string, error) {
 	return names, nil
 }
 
-// lockFile opens (creating it 0600 if needed) the lock file name in dir. Lock
-// files are never removed, so every process that locks a name locks the same
-// inode.
+// lockFile opens (creating it 0600 if needed) the lock file name in dir.
+// Only the holder of a source's claim removes that source's lock files (see
+// claim.go), so a lock is valid only while its file is still the entry at its
+// name: a locker checks that with linked once it holds the lock, and starts
+// again otherwise.
 func lockFile(dir *os.File, name string) (*os.File, error) {
 	path := filepath.Join(dir.Name(), name)
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
@@ -280,6 +287,23 @@ func lockFile(dir *os.File, name string) (*os.File, error) {
 		return nil, errcode.New(errcode.PathUnsafe, "lock file %q is not a regular file you own; remove it", path)
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// linked reports whether the open lock file f is still the entry name of
+// dir (the same inode; not removed or replaced since it was opened).
+func linked(dir *os.File, name string, f *os.File) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &b); err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "stat lock file %q", f.Name())
+	}
+	switch err := unix.Fstatat(int(dir.Fd()), name, &a, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		return a.Dev == b.Dev && a.Ino == b.Ino, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return false, errcode.Wrap(errcode.Internal, err, "stat lock file %q", f.Name())
+	}
 }
 
 // tryLock takes how (LOCK_EX or LOCK_SH) on f without waiting; false means

@@ -7,11 +7,15 @@
 // Layout in the state root ([HOME-4]), every directory 0700, every file 0600:
 //
 //	procevent/<source-id>.source      registration record (one generation)
-//	procevent/<source-id>.claim       claim lock of the source's runner
+//	procevent/<source-id>.claim       claim lock of the source's runner (exists
+//	                                  only while the source is registered)
 //	procevent/<source-id>.stop        stop-request lock of a waiting retire
 //	procevent/<source-id>.seq         durable sequence counter of the source
 //	procevent/serve.lock              one-serve-per-home lock
-//	procevent-inbox/<id>.<seq>.meta.json, .result, .handled   see inbox.go
+//	procevent-inbox/<id>.<seq>.meta.json, .pending, .result, .handled
+//	                                  see inbox.go and announce.go
+//	extension-invocations/            owner records of every supervised process,
+//	                                  built-in ones included (builtin.go)
 //	.wake-queue                       see package wake
 //
 // Rules, and where each is enforced:
@@ -24,9 +28,15 @@
 //     it never redirects a write. External polls hold the stricter boundary
 //     of [CAP-6] (exactly 0700); built-ins the private rule of [HOME-3].
 //   - At most one poll per source at a time, by a kernel lock that dies with
-//     its holder and is never stolen (claim.go, [RUN-4]).
-//   - Capture is durable before it is announced, and sequence numbers never
-//     repeat (inbox.go, runner.go, [CAP-1]).
+//     its holder and is never stolen (claim.go, [RUN-4]), and by the owner
+//     records of polls, built-in and extension alike, whose groups must be
+//     proved gone before the source polls again, is re-registered or retired
+//     (builtin.go, runner.go, retire.go, [GRP-3], [REG-4]).
+//   - Capture is durable before it is announced, captured sequence numbers
+//     never repeat, and a capture that failed before its result was published
+//     consumed nothing (inbox.go, runner.go, [CAP-1], [RID-1]).
+//   - A result is never re-announced while its runner still decides its
+//     announcement (announce.go, [CAP-4]).
 //   - A captured result is only ever interpreted by its captured owner, and
 //     the state-changing verdicts only by the runner that captured it, through
 //     an in-process capability (verdict.go, [CAP-4], [CAP-7]).

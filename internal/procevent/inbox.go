@@ -20,15 +20,23 @@ import (
 // The inbox <state>/procevent-inbox holds, per captured result,
 //
 //	<source-id>.<seq>.meta.json  the immutable owner of the result
+//	<source-id>.<seq>.pending    present while the capturing runner decides
+//	                             the result's announcement (announce.go)
 //	<source-id>.<seq>.result     the captured bytes (poll output or evidence)
 //	<source-id>.<seq>.handled    present once the result is handled
 //
 // all 0600. Files are published by linking a fully written, fsynced unnamed
 // file (O_TMPFILE) under its final name, which never replaces anything, and
-// then fsyncing the directory [CAP-1]. The meta is published before the
-// result, so a .result never exists without its owner; a .meta.json without a
-// .result is the trace of a capture interrupted by a crash and is ignored
-// (its sequence number is still never reused).
+// then fsyncing the directory [CAP-1]. The meta and the pending marker are
+// published before the result, so a .result never exists without its owner,
+// and never unmarked before its announcement is decided. A result is
+// captured once its .result exists: a .meta.json (and .pending) without a
+// .result is the trace of a capture that failed or was cut short, and
+// nothing was captured. Such a sequence is not used up: the next capture of
+// the source takes that sequence again (so its poll repeats the request id
+// [RID-1]) and replaces the orphaned meta, the one exception to "never
+// replaces", made under the source's claim and only while no .result of that
+// sequence exists.
 
 // MetaSchema is the schema of a result's meta file.
 const MetaSchema = "firstmate.procevent-result-meta.v1"
@@ -46,6 +54,7 @@ const (
 	resultSuffix  = ".result"
 	metaSuffix    = ".meta.json"
 	handledSuffix = ".handled"
+	pendingSuffix = ".pending"
 	seqSuffix     = ".seq"
 	maxMeta       = 4096
 	maxSeqFile    = 32
@@ -112,7 +121,7 @@ func name(id string, seq int64, suffix string) string {
 
 // parseName splits an inbox name into source id, sequence and suffix.
 func parseName(n string) (id string, seq int64, suffix string, ok bool) {
-	for _, s := range []string{resultSuffix, metaSuffix, handledSuffix} {
+	for _, s := range []string{resultSuffix, metaSuffix, handledSuffix, pendingSuffix} {
 		rest, found := strings.CutSuffix(n, s)
 		if !found {
 			continue
@@ -133,10 +142,13 @@ func parseName(n string) (id string, seq int64, suffix string, ok bool) {
 
 // nextSeq is the sequence the next capture of id will use: one more than the
 // highest of the durable counter <state>/procevent/<id>.seq and every
-// sequence present in the inbox for id. The counter keeps sequences unique
+// sequence captured in the inbox for id (a .result, or a .handled marker,
+// which only a captured result gets). The counter keeps sequences unique
 // when inbox files are deleted; the inbox scan keeps them unique when a crash
-// came between a capture and the counter update. So a sequence never repeats
-// for a source id in a home, across handling, retirement and re-registration.
+// came between a capture and the counter update. So a captured sequence
+// never repeats for a source id in a home, across handling, retirement and
+// re-registration; a sequence whose capture failed before its .result was
+// published was never captured, and is used again [RID-1].
 func (d *dirs) nextSeq(id string) (int64, error) {
 	last, err := d.counter(id)
 	if err != nil {
@@ -147,7 +159,7 @@ func (d *dirs) nextSeq(id string) (int64, error) {
 		return 0, err
 	}
 	for _, n := range names {
-		if sid, seq, _, ok := parseName(n); ok && sid == id && seq > last {
+		if sid, seq, suffix, ok := parseName(n); ok && sid == id && (suffix == resultSuffix || suffix == handledSuffix) && seq > last {
 			last = seq
 		}
 	}
@@ -170,8 +182,9 @@ func (d *dirs) counter(id string) (int64, error) {
 }
 
 // capture durably publishes one result of r with sequence seq: recheck the
-// boundary, meta first, then the result, then the counter. Returns the meta
-// and the result's path.
+// boundary, the meta first, then the pending marker, then the result, then
+// the counter. Returns the meta and the result's path. The caller holds the
+// claim, so nobody else captures for the source meanwhile.
 func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool) (*Meta, string, error) {
 	if err := d.recheck(); err != nil {
 		return nil, "", err
@@ -181,21 +194,55 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 	if err != nil {
 		return nil, "", err
 	}
-	for _, f := range []struct {
-		suffix string
-		data   []byte
-	}{{metaSuffix, data}, {resultSuffix, content}} {
-		if err := createAt(d.inbox, name(r.SourceID, seq, f.suffix), f.data); err != nil {
-			if errors.Is(err, fsutil.ErrExists) {
-				return nil, "", errcode.New(errcode.Internal, "inbox entry %s already exists; sequence %d of %q was used before", name(r.SourceID, seq, f.suffix), seq, r.SourceID)
-			}
-			return nil, "", err
+	used := func() error {
+		return errcode.New(errcode.Internal, "inbox entry %s already exists; sequence %d of %q was used before", name(r.SourceID, seq, resultSuffix), seq, r.SourceID)
+	}
+	if existsAt(d.inbox, name(r.SourceID, seq, resultSuffix)) {
+		return nil, "", used()
+	}
+	metaName := name(r.SourceID, seq, metaSuffix)
+	err = createAt(d.inbox, metaName, data)
+	if errors.Is(err, fsutil.ErrExists) {
+		// The orphaned meta of a capture of this sequence that failed
+		// before its result was published: nothing was captured, so this
+		// capture takes the sequence and the meta is its own.
+		err = replaceAt(d.inbox, metaName, data)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if err := createAt(d.inbox, name(r.SourceID, seq, pendingSuffix), nil); err != nil && !errors.Is(err, fsutil.ErrExists) {
+		return nil, "", err
+	}
+	if err := createAt(d.inbox, name(r.SourceID, seq, resultSuffix), content); err != nil {
+		if errors.Is(err, fsutil.ErrExists) {
+			return nil, "", used()
 		}
+		return nil, "", err
 	}
 	if err := replaceAt(d.reg, r.SourceID+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
 		return nil, "", err
 	}
 	return m, filepath.Join(d.inbox.Name(), name(r.SourceID, seq, resultSuffix)), nil
+}
+
+// clearPending removes the pending markers of source id. The caller holds the
+// claim, so every marker of id is stale: its runner died (or failed) before
+// it decided the announcement, and the result falls under the re-announce
+// rule (announce.go).
+func (d *dirs) clearPending(id string) error {
+	names, err := namesAt(d.inbox)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if sid, _, suffix, ok := parseName(n); ok && sid == id && suffix == pendingSuffix {
+			if err := removeAt(d.inbox, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // markHandled publishes the handled marker of id/seq; already reports that
@@ -237,8 +284,11 @@ func MarkHandled(h *home.Home, id string, seq int64) (already bool, err error) {
 	return d.markHandled(id, seq, HandledByOperator)
 }
 
-// openInboxReader pins the state root, the registry and the inbox for a
-// reader: nothing is created, and a missing directory is errAbsent.
+// openInboxReader pins the state root, the inbox and, when it exists, the
+// registry for a reader: nothing is created; a missing state root or inbox is
+// errAbsent. The inbox is pinned independently of the registry: captured
+// results stay readable (and pin their bindings [LIFE-2]) when the registry
+// is gone.
 func openInboxReader(h *home.Home) (*dirs, error) {
 	d, err := openDirs(h, false, false)
 	if err != nil {

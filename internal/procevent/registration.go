@@ -214,6 +214,9 @@ func Sources(h *home.Home) ([]*Registration, error) {
 }
 
 func (d *dirs) sources() ([]*Registration, error) {
+	if d.reg == nil {
+		return nil, nil
+	}
 	ids, err := sourceIDs(d.reg)
 	if err != nil {
 		return nil, err
@@ -254,7 +257,10 @@ func Register(h *home.Home, adapter, sourceID string, argv []string) (*Registrat
 // lifecycle lock it resolves the single binding enabling adapter,
 // revalidates it and handshakes, then publishes a new generation with a fresh
 // random token, so retire-binding can never interleave between the
-// resolution and the publication [LIFE-1].
+// resolution and the publication [LIFE-1]. The binding is resolved once
+// before the lock as well, read-only, so a home where nothing enables the
+// adapter (a fresh one above all) is refused with nothing created, not even
+// the lock file [HOME-5]. The wait for the lock ends with ctx.
 func RegisterExtension(ctx context.Context, h *home.Home, adapter, sourceID, configRef string) (*Registration, error) {
 	if err := checkNames(adapter, sourceID); err != nil {
 		return nil, err
@@ -262,7 +268,10 @@ func RegisterExtension(ctx context.Context, h *home.Home, adapter, sourceID, con
 	if err := protocol.CheckConfigRef(configRef); err != nil {
 		return nil, err
 	}
-	lock, err := lifecycle.Acquire(h)
+	if _, err := host.Resolve(h, adapter); err != nil {
+		return nil, err
+	}
+	lock, err := lifecycle.Acquire(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -295,10 +304,12 @@ func checkNames(adapter, sourceID string) error {
 // source's claim without waiting, so a re-registration is refused while a
 // prior runner is active ([REG-3]), and no runner can start between the
 // claim and the publication. A runner that died mid-poll counts as active
-// until the group it left is proved gone (launch.Cleanup), so a new
-// generation never starts beside an old poll. It creates the registry and
-// the inbox (0700) so the boundary a later external poll checks exists from
-// the start.
+// until the group it left is proved gone (launch.Cleanup), and so does a poll
+// whose group its live host could not prove gone, so a new generation never
+// starts beside an old poll. It creates the registry and the inbox (0700) so
+// the boundary a later external poll checks exists from the start; a
+// publication that fails for a source that was not registered leaves no
+// claim file behind.
 func publish(h *home.Home, r *Registration) error {
 	d, err := openDirs(h, r.External(), true)
 	if err != nil {
@@ -316,7 +327,19 @@ func publish(h *home.Home, r *Registration) error {
 		return errcode.New(errcode.SourceActive, "source %q: prior runner remains active; stop it (or wait for its poll to end), then register again", r.SourceID)
 	}
 	defer c.release()
-	if err := cleanupSource(h, r.SourceID); err != nil {
+	err = d.publishClaimed(r)
+	if err != nil && !existsAt(d.reg, r.SourceID+sourceSuffix) {
+		d.removeLocks(r.SourceID)
+	}
+	return err
+}
+
+// publishClaimed is publish once the claim is held.
+func (d *dirs) publishClaimed(r *Registration) error {
+	if err := cleanupSource(d.h, r.SourceID); err != nil {
+		return err
+	}
+	if err := noPollOf(d.h, r.SourceID); err != nil {
 		return err
 	}
 	data, err := strictjson.Canonical(r)

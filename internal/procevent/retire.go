@@ -66,8 +66,11 @@ func (c Condition) decide(id string, r *Registration) (bool, error) {
 // Retire retires the registration of source id under condition c ([REG-4]).
 // A running poll of the source is stopped first (its exact process group,
 // through the runner; see claim.go), the groups dead runners left for it are
-// resolved, and only then is the record removed. It refuses while the poll
-// does not stop or a group cannot be proved gone.
+// resolved, and only then is the record removed, with the source's lock files
+// and stale pending markers. It refuses while the poll does not stop or while
+// any owner record of an invocation for the source remains: a group not
+// proved gone, even one whose host is alive (a serve whose poll's group
+// outlived TERM and KILL keeps its record).
 func Retire(h *home.Home, id string, c Condition) error {
 	if err := protocol.CheckSourceID(id); err != nil {
 		return err
@@ -76,6 +79,10 @@ func Retire(h *home.Home, id string, c Condition) error {
 		return errcode.New(errcode.Usage, "--if-owner %q must be sha256:<64 lowercase hex>", c.IfOwner)
 	}
 	d, err := openDirs(h, false, false)
+	if err == nil && d.reg == nil {
+		d.close()
+		err = errAbsent
+	}
 	if err == errAbsent {
 		_, err = c.decide(id, nil)
 		return err
@@ -91,6 +98,10 @@ func Retire(h *home.Home, id string, c Condition) error {
 // without the claim (so a refused retire never stops a poll) and again while
 // holding it.
 func (d *dirs) retire(id string, decide func(string, *Registration) (bool, error)) error {
+	if d.reg == nil {
+		_, err := decide(id, nil)
+		return err
+	}
 	current := func() (*Registration, error) {
 		r, err := readRegistration(d.reg, id)
 		if errcode.Is(err, errcode.SourceMissing) {
@@ -114,12 +125,29 @@ func (d *dirs) retire(id string, decide func(string, *Registration) (bool, error
 		return err
 	}
 	if ok, err := decide(id, r); !ok || err != nil {
+		if r == nil {
+			d.removeLocks(id) // retired meanwhile: leave no lock file behind
+		}
 		return err
 	}
 	if err := cleanupSource(d.h, id); err != nil {
 		return err
 	}
-	return removeAt(d.reg, id+sourceSuffix)
+	if recs, err := sourceRecords(d.h, id, false); err != nil {
+		return err
+	} else if len(recs) > 0 {
+		return errcode.New(errcode.ProcessCleanupFailed, "source %q: %d invocation record(s) of the source remain (%s, host pid %d): a process group not proved gone, or a call still running; nothing was retired: retry, or run fm extension cleanup-invocations once that host has exited", id, len(recs), recs[0].Path, recs[0].Host.PID)
+	}
+	if err := removeAt(d.reg, id+sourceSuffix); err != nil {
+		return err
+	}
+	d.removeLocks(id)
+	if err := d.openInbox(false); err == nil {
+		return d.clearPending(id)
+	} else if err != errAbsent {
+		return err
+	}
+	return nil
 }
 
 // Sweep retires every registration of the home with its stored identity and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
@@ -41,21 +40,26 @@ type Outcome struct {
 // The order is fixed, and each step happens only after the previous one is
 // durable:
 //
-//  1. claim the source [RUN-4] (or report AlreadyOwned), read its current
-//     generation;
-//  2. for an extension, check the external boundary [CAP-6] on the pinned
-//     handles, then resolve the groups that dead runners of this source left
-//     (launch.Cleanup); an unresolved one refuses the poll, because two
-//     polls of one source must never run at once;
+//  1. read the source's current generation (an unknown source is
+//     source-missing and nothing is created) and, for an extension, check
+//     the external boundary [CAP-6] on the pinned handles, all before any
+//     lock file is touched; then claim the source [RUN-4] (or report
+//     AlreadyOwned) and read the generation again under the claim, which no
+//     registration or retirement can change while it is held;
+//  2. resolve the groups that dead runners of this source left
+//     (launch.Cleanup), and refuse while an owner record of a poll of this
+//     source remains (a group not proved gone, even of a live host), because
+//     two polls of one source must never run at once;
 //  3. poll: the built-in argv, or source.poll on exactly the registered
 //     binding with the request id of [RID-1] (adapter, source, next
 //     sequence, token, package digest), so a retry before a capture repeats
 //     the id and the first poll after a capture gets the next one;
 //  4. no result: nothing is written. A result, or for an extension any
-//     failure as evidence, is captured [CAP-1];
+//     failure as evidence, is captured [CAP-1], with a pending marker that
+//     says its announcement is being decided (see announce.go);
 //  5. for a result (never for evidence), the silent verdict: true marks it
 //     handled and it is not announced; otherwise one check wake announces it
-//     [CAP-2];
+//     [CAP-2]; then the pending marker is removed;
 //  6. for a result, the terminal verdict: true retires exactly the polled
 //     generation [CAP-4].
 //
@@ -67,7 +71,7 @@ func Start(ctx context.Context, h *home.Home, id string) (*Outcome, error) {
 	}
 	d, err := openDirs(h, false, false)
 	if err == errAbsent {
-		return nil, errcode.New(errcode.SourceMissing, "no source %q is registered; see fm procevent list", id)
+		return nil, missing(id)
 	}
 	if err != nil {
 		return nil, err
@@ -76,8 +80,51 @@ func Start(ctx context.Context, h *home.Home, id string) (*Outcome, error) {
 	return d.run(ctx, id)
 }
 
-func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
+// missing is the error for a source that is not registered.
+func missing(id string) error {
+	return errcode.New(errcode.SourceMissing, "no source %q is registered; see fm procevent list", id)
+}
+
+// claimSource reads id's registration, checks the boundary it asks for, and
+// only then takes the claim (nil: a live runner holds it) and reads the
+// registration again under it. Nothing is created for a source that is not
+// registered: a claim file made by losing a race with a retire is removed
+// again.
+func (d *dirs) claimSource(id string) (*claim, *Registration, error) {
+	if d.reg == nil {
+		return nil, nil, missing(id)
+	}
+	r, err := readRegistration(d.reg, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.External() {
+		if err := d.tighten(); err != nil {
+			return nil, nil, err
+		}
+	}
 	c, err := d.claim(id)
+	if c == nil || err != nil {
+		return nil, nil, err
+	}
+	if r, err = readRegistration(d.reg, id); err != nil {
+		if errcode.Is(err, errcode.SourceMissing) {
+			d.removeLocks(id)
+		}
+		c.release()
+		return nil, nil, err
+	}
+	if r.External() {
+		if err := d.tighten(); err != nil {
+			c.release()
+			return nil, nil, err
+		}
+	}
+	return c, r, nil
+}
+
+func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
+	c, r, err := d.claimSource(id)
 	if err != nil {
 		return nil, err
 	}
@@ -95,19 +142,18 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if context.Cause(pctx) == errStopped {
 		return nil, stopped(id)
 	}
-	r, err := readRegistration(d.reg, id)
-	if err != nil {
-		return nil, err
-	}
-	if r.External() {
-		if err := d.tighten(); err != nil {
-			return nil, err
-		}
-	}
 	if err := d.openInbox(true); err != nil {
 		return nil, err
 	}
 	if err := cleanupSource(d.h, id); err != nil {
+		return nil, err
+	}
+	if err := noPollOf(d.h, id); err != nil {
+		return nil, err
+	}
+	// Pending markers found under the claim were left by runners that died
+	// deciding an announcement: the results fall under the re-announce rule.
+	if err := d.clearPending(id); err != nil {
 		return nil, err
 	}
 	seq, err := d.nextSeq(id)
@@ -143,6 +189,10 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 			return out, errcode.Wrap(errcode.Of(err), err, "captured %s but could not announce it (fm procevent reconcile re-announces it)", path)
 		}
 	}
+	// Announced or silenced, durably: the announcement is decided.
+	if err := removeAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
+		return out, err
+	}
 	if v != nil && v.is(pctx, protocol.OpTerminal) {
 		if err := d.retireGeneration(r); err != nil {
 			return out, err
@@ -169,7 +219,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) ([]byte, bo
 			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest))
 		}
 	} else {
-		out, err = pollBuiltin(ctx, r.Argv)
+		out, err = pollBuiltin(ctx, d.h, r)
 	}
 	switch {
 	case err == nil:
@@ -204,7 +254,7 @@ func registeredBinding(h *home.Home, r *Registration) (*binding.Binding, error) 
 }
 
 // retireGeneration removes r's registration if it is still exactly that
-// generation. The caller holds the claim.
+// generation, and then the source's lock files. The caller holds the claim.
 func (d *dirs) retireGeneration(r *Registration) error {
 	cur, err := readRegistration(d.reg, r.SourceID)
 	if errcode.Is(err, errcode.SourceMissing) {
@@ -216,7 +266,11 @@ func (d *dirs) retireGeneration(r *Registration) error {
 	if cur.Token != r.Token {
 		return nil
 	}
-	return removeAt(d.reg, r.SourceID+sourceSuffix)
+	if err := removeAt(d.reg, r.SourceID+sourceSuffix); err != nil {
+		return err
+	}
+	d.removeLocks(r.SourceID)
+	return nil
 }
 
 // cleanupSource resolves the owner records that dead hosts left for polls of
@@ -227,15 +281,42 @@ func cleanupSource(h *home.Home, id string) error {
 	return err
 }
 
+// sourceRecords lists the owner records of invocations for source id, of
+// live and dead hosts alike; with polls, only those of source.poll.
+func sourceRecords(h *home.Home, id string, polls bool) ([]launch.Record, error) {
+	all, err := launch.List(h.Invocations())
+	if err != nil {
+		return nil, err
+	}
+	var out []launch.Record
+	for _, r := range all {
+		if r.SourceID == id && (!polls || r.Operation == protocol.OpPoll) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// noPollOf refuses (process-cleanup-failed) while an owner record of a poll
+// of source id remains after cleanupSource: a group that was not proved gone,
+// whose host may even be alive (a serve whose poll's group outlived TERM and
+// KILL keeps its record until it exits). No new poll or generation of the
+// source may start beside it.
+func noPollOf(h *home.Home, id string) error {
+	recs, err := sourceRecords(h, id, true)
+	if err != nil || len(recs) == 0 {
+		return err
+	}
+	return errcode.New(errcode.ProcessCleanupFailed, "source %q: the process group of an earlier poll was not proved gone (owner record %s, host pid %d); nothing was started: retry, or run fm extension cleanup-invocations once that host has exited", id, recs[0].Path, recs[0].Host.PID)
+}
+
 // cleanupDead resolves every owner record whose host is dead.
 func cleanupDead(h *home.Home) (int, error) {
 	return cleanupRecords(h, func(launch.Record) bool { return true })
 }
 
 // cleanupRecords runs launch.Cleanup on the records of dead hosts that match.
+// An absent records directory has nothing to clean and is not created.
 func cleanupRecords(h *home.Home, match func(launch.Record) bool) (int, error) {
-	if _, err := os.Lstat(h.Invocations()); os.IsNotExist(err) {
-		return 0, nil
-	}
 	return launch.Cleanup(h.Invocations(), func(r launch.Record) bool { return !r.HostLive && match(r) })
 }

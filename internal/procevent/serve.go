@@ -12,6 +12,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/launch"
 )
 
 // Supervision [RUN-2].
@@ -30,6 +31,11 @@ import (
 // handshakes, and the latter carry no source id) and re-announce unhandled
 // results (see announce.go).
 //
+// serve is a child subreaper (package launch), so a package process that left
+// its poll's group re-parents to it when its parent dies; with
+// ServeOptions.ReapOrphans (the serve command) it reaps those every Rescan,
+// never touching the leader of a group a poll is still proving gone.
+//
 // One serve per home: it holds an exclusive flock on
 // <state>/procevent/serve.lock for its life (the kernel drops it if serve
 // dies). On ctx cancellation (TERM/INT) every running poll's context is
@@ -47,6 +53,14 @@ type ServeOptions struct {
 	MaxBackoff time.Duration // ceiling of the failure backoff
 	Rescan     time.Duration // registry rescan period
 	Reannounce time.Duration // re-announce interval; 0 re-announces every cycle
+	// ReapOrphans makes serve reap, every Rescan, the zombie children that
+	// are not the leader of one of its invocations (launch.ReapOrphans):
+	// serve is a child subreaper, so a process that left its poll's group
+	// re-parents to it and would otherwise stay its zombie forever. Set it
+	// only in a process whose every child is started by package launch (the
+	// fm procevent serve command), never in one that also runs os/exec
+	// children.
+	ReapOrphans bool
 	// Log receives one line per notable event, one call at a time; nil
 	// discards them.
 	Log func(line string)
@@ -117,6 +131,9 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 			s.wg.Wait()
 			return nil
 		case <-rescan.C:
+		}
+		if o.ReapOrphans {
+			launch.ReapOrphans()
 		}
 		if time.Since(last) >= maintainEvery {
 			s.maintain(d)
@@ -247,6 +264,9 @@ func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, erro
 	rep.Cleaned, _ = cleanupDead(h)
 	if rep.Reannounced, err = d.reannounce(o.Reannounce); err != nil {
 		return nil, err
+	}
+	if d.reg == nil {
+		return rep, nil // no registry: results to re-announce, no source to poll
 	}
 	ids, err := sourceIDs(d.reg)
 	if err != nil {

@@ -130,17 +130,73 @@ func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID, request
 // Poll is the direct call of source.poll ([OP-2]): it resolves the binding of
 // adapter and polls once with requestID (random when empty). It returns the
 // output, or nil for no result, or the failure evidence document ([OP-3]):
-// any failure, including an unresolvable binding, becomes evidence.
-func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInput, requestID string) (output []byte, evidence []byte) {
+// any failure of the poll, including an unresolvable binding, becomes
+// evidence.
+//
+// When in.SourceID names a registered source, the direct poll is a poll of
+// that source [RUN-4]: it takes the source's claim without waiting, exactly
+// as a runner does, or refuses (err, source-active) while a runner holds it;
+// it resolves what dead runners of the source left and refuses
+// (process-cleanup-failed) while a poll's group stays unproven; and a
+// retire's stop request stops it like a runner's poll. It captures and
+// announces nothing. These refusals are errors, not evidence: nothing ran.
+func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInput, requestID string) (output, evidence []byte, err error) {
+	ctx, release, err := holdForDirectPoll(ctx, h, in.SourceID)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
 	b, err := host.Resolve(h, adapter)
 	if err != nil {
-		return nil, evidenceFor(err, "")
+		return nil, evidenceFor(err, ""), nil
 	}
 	out, err := pollExtension(ctx, h, b, adapter, in, requestID)
 	if err != nil {
-		return nil, evidenceFor(err, b.ExtensionID)
+		return nil, evidenceFor(err, b.ExtensionID), nil
 	}
-	return out, nil
+	return out, nil, nil
+}
+
+// holdForDirectPoll takes the claim of source id for a direct poll when id is
+// registered (see Poll), and returns the context the poll runs under (a
+// retire's stop request cancels it) and the function that releases the
+// claim. An unregistered id is not claimed, and nothing is created for it.
+func holdForDirectPoll(ctx context.Context, h *home.Home, id string) (context.Context, func(), error) {
+	none := func() {}
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return ctx, none, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c, _, err := d.claimSource(id)
+	switch {
+	case errcode.Is(err, errcode.SourceMissing):
+		d.close()
+		return ctx, none, nil
+	case err != nil:
+		d.close()
+		return nil, nil, err
+	case c == nil:
+		d.close()
+		return nil, nil, errcode.New(errcode.SourceActive, "source %q is registered and its runner is polling it; a direct poll would run beside it: wait for the poll to end (or stop fm procevent serve), then retry", id)
+	}
+	pctx, endWatch, err := d.watchStop(ctx, id)
+	if err == nil {
+		if err = cleanupSource(h, id); err == nil {
+			err = noPollOf(h, id)
+		}
+		if err != nil {
+			endWatch()
+		}
+	}
+	if err != nil {
+		c.release()
+		d.close()
+		return nil, nil, err
+	}
+	return pctx, func() { endWatch(); c.release(); d.close() }, nil
 }
 
 // pollExtension runs source.poll on b; nil output with a nil error is no

@@ -193,3 +193,78 @@ func TestInputs(t *testing.T) {
 		t.Error("config ref rules")
 	}
 }
+
+// [OP-1] [PROTO-4] §9 the exported predicates at their bounds.
+func TestPredicates(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    func(string) bool
+		good []string
+		bad  []string
+	}{
+		{"ValidClassification", ValidClassification,
+			[]string{"a", "file-signal", "a1.b2-c3_d4", strings.Repeat("a", 64)},
+			[]string{"", "A", "a b", "-a", "a-", "a..b", "é", strings.Repeat("a", 65)}},
+		{"ValidConfigRef", ValidConfigRef,
+			[]string{"x", "file:/tmp/a b", strings.Repeat("é", 256)},
+			[]string{"", "a\nb", "a\x7fb", "a\u0085b", "\xff", strings.Repeat("x", 513)}},
+		{"ValidDiagnostic", ValidDiagnostic,
+			[]string{"x", strings.Repeat("x", 512)},
+			[]string{"", "a\tb", "a\u009fb", "\xff", strings.Repeat("x", 513)}},
+		{"ValidRequestID", ValidRequestID, []string{rid}, []string{"", strings.ToUpper(rid), rid[:70]}},
+		{"ValidSourceID", ValidSourceID, []string{"a", "_x.y-z"}, []string{"", ".a", "a/b"}},
+	} {
+		for _, s := range c.good {
+			if !c.f(s) {
+				t.Errorf("%s(%q) = false", c.name, s)
+			}
+		}
+		for _, s := range c.bad {
+			if c.f(s) {
+				t.Errorf("%s(%q) = true", c.name, s)
+			}
+		}
+	}
+}
+
+// [PROTO-4] [PROTO-2] [JSON-1] object keys are package-chosen text: a
+// handshake response, an invoke response or a result with an unknown or
+// duplicate key named like a secret is refused with a message that names
+// only the host's own keys, never the package's.
+func TestRefusalsHidePackageKeys(t *testing.T) {
+	const secret = "SECRET-TOKEN-abc123"
+	check := func(t *testing.T, err error, code errcode.Code, want string) {
+		t.Helper()
+		if errcode.Of(err) != code || err == nil {
+			t.Fatalf("got %v, want %s", err, code)
+		}
+		if strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("message %q: want %q and no package key", err, want)
+		}
+	}
+	t.Run("handshake", func(t *testing.T) {
+		in := strings.Replace(hsGood, `"host_protocol":1`, `"host_protocol":1,"`+secret+`":1`, 1)
+		check(t, CheckHandshake([]byte(in), hsReq()), errcode.HandshakeInvalid, "unknown key in the document")
+	})
+	errResp := `{"schema":"firstmate.extension-response.v1","request_id":"` + rid + `","ok":false,"result":null,"error":{"code":"internal","retryable":false,"diagnostic":"x","` + secret + `":1}}`
+	for name, c := range map[string]struct {
+		in, want string
+		code     errcode.Code
+	}{
+		"unknown key in error":       {errResp, `unknown key in "/error"`, errcode.ResponseInvalid},
+		"unknown top-level key":      {strings.Replace(okResp, `"ok":true`, `"ok":true,"`+secret+`":1`, 1), "unknown key in the document", errcode.ResponseInvalid},
+		"duplicate key in result":    {strings.Replace(okResp, `{"status"`, `{"`+secret+`":1,"`+secret+`":2,"status"`, 1), `duplicate object key at byte`, errcode.ResponseInvalid},
+		"deep key in a result value": {strings.Replace(okResp, `"output":"hi"`, `"output":"hi","x":{"`+secret+`":[1,}`, 1), `in "/result"`, errcode.ResponseInvalid},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := CheckResponse([]byte(c.in), rid)
+			check(t, err, c.code, c.want)
+		})
+	}
+	t.Run("result", func(t *testing.T) {
+		_, err := DecodeResult(OpPoll, []byte(`{"status":"result","output":"hi","`+secret+`":true}`))
+		check(t, err, errcode.ResponseInvalid, "unknown key in the document")
+		_, err = DecodeResult(OpClassify, []byte(`{"classification":{"`+secret+`":1}}`))
+		check(t, err, errcode.ResponseInvalid, `wrong type or value at "/classification"`)
+	})
+}

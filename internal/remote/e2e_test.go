@@ -8,10 +8,14 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"firstmate.dev/fm/internal/remote"
 )
 
 // root is a code root whose bin/fm is the real fm, built once by TestMain
@@ -214,7 +218,8 @@ func (w *world) remoteBind(t *testing.T, env []string) string {
 // every call and then runs the remote command through a shell, as sshd
 // would. The envelope crosses exactly once, as the stdin of exactly one
 // call, byte for byte what pack-transfer writes; the call's argv is the
-// fixed ssh options, the host and the quoted fm command ([XFER-4],
+// fixed ssh options, the host and the encoded fm command, which names the
+// secondmate's fm, the hidden on-receive and one job word ([XFER-4],
 // [XFER-5]).
 func TestRemoteBindFakeSSH(t *testing.T) {
 	w := newWorld(t)
@@ -252,11 +257,131 @@ exec sh -c "$cmd" <"$d/stdin"
 		t.Fatalf("remote-bind's ssh stdin is %d bytes, not the %d-byte envelope", len(stdin), len(envelope))
 	}
 	argv, _ := os.ReadFile(filepath.Join(calls, "1", "argv"))
+	job, err := remote.EncodeJob(w.secondmate, append([]string{"extension", "receive-transfer-bind"}, strings.Fields(bindArgs)...))
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantArgv := "-T\n-a\n-x\n-o\nBatchMode=yes\n-o\nClearAllForwardings=yes\n--\nme@secondmate.example\n" +
-		"'env' '-u' 'FM_ROOT_OVERRIDE' '-u' 'FM_STATE_OVERRIDE' 'FM_HOME=" + w.secondmate + "' '" + root + "/bin/fm' 'extension' 'receive-transfer-bind' " +
-		"'--adapter' 'file-signal' '--trust-same-user-code' '--consent' 'artifact-references'\n"
+		root + "/bin/fm on-receive " + job + "\n"
 	if string(argv) != wantArgv {
 		t.Fatalf("ssh argv\n%s\nwant\n%s", argv, wantArgv)
+	}
+}
+
+// leakEnv is caller environment that must not reach the secondmate's fm
+// ([XFER-5]): what ssh's SendEnv carries by default (LANG, LC_*) and
+// anything else a user's ssh config might send.
+var leakEnv = []string{"LANG=fm_LEAK.UTF-8", "LC_ALL=fm_LEAK", "LC_FMTEST=leak", "FMTEST_TOKEN=leak-token"}
+
+// jobEnv runs `fm on sm1 wake watch --after <nonce>` from the controller with
+// the extra caller environment env, finds the secondmate's fm among this
+// user's processes by its exact argv, and returns that process's environment
+// as the kernel holds it (/proc/<pid>/environ); then it stops that process,
+// which ends the job.
+func (w *world) jobEnv(t *testing.T, env []string) map[string]string {
+	t.Helper()
+	nonce := strconv.FormatInt(time.Now().UnixNano()%1_000_000_000+1_000_000_000, 10)
+	ctl := exec.Command(filepath.Join(root, "bin", "fm"), "on", "sm1", "wake", "watch", "--after", nonce)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FM_") {
+			ctl.Env = append(ctl.Env, kv)
+		}
+	}
+	ctl.Env = append(append(ctl.Env, "FM_HOME="+w.controller), env...)
+	var out bytes.Buffer
+	ctl.Stdout, ctl.Stderr = &out, &out
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { ctl.Wait(); close(done) }()
+	t.Cleanup(func() {
+		ctl.Process.Kill()
+		<-done
+	})
+	want := []string{"wake", "watch", "--after", nonce}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("fm on ... wake watch ended: %s", out.String())
+		default:
+		}
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			argv := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+			if len(argv) != 5 || filepath.Base(argv[0]) != "fm" || !slices.Equal(argv[1:], want) {
+				continue
+			}
+			raw, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, kv := range strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00") {
+				k, v, _ := strings.Cut(kv, "=")
+				got[k] = v
+			}
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			syscall.Kill(pid, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("fm on did not end when its job was stopped")
+			}
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the secondmate's fm wake watch never appeared: %s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkJobEnv checks the environment of a job's fm ([XFER-5]): exactly the
+// fixed PATH, FM_HOME = the route's home and HOME (the account's own, from
+// /etc/passwd, where it has an entry); nothing of the caller's.
+func (w *world) checkJobEnv(t *testing.T, got map[string]string) {
+	t.Helper()
+	if got["PATH"] != "/usr/local/bin:/usr/bin:/bin" || got["FM_HOME"] != w.secondmate {
+		t.Errorf("job environment %q: want PATH=/usr/local/bin:/usr/bin:/bin and FM_HOME=%s", got, w.secondmate)
+	}
+	for k := range got {
+		if k != "PATH" && k != "FM_HOME" && k != "HOME" {
+			t.Errorf("%s=%s reached the secondmate's fm", k, got[k])
+		}
+	}
+}
+
+// TestFakeSSHCarriesNoEnvironment runs a job through a stand-in ssh that,
+// like an sshd accepting every variable (AcceptEnv *), gives the remote
+// command the caller's whole environment: none of it reaches the
+// secondmate's fm, whose environment is exactly PATH, FM_HOME and HOME
+// ([XFER-5]); and an argument a shell would interpret reaches the
+// secondmate's fm intact and unexecuted ([XFER-4]).
+func TestFakeSSHCarriesNoEnvironment(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc")
+	}
+	w := newWorld(t)
+	w.route(t, "me@secondmate.example")
+	fake := filepath.Join(w.base, "fake-ssh")
+	write(t, fake, []byte("#!/bin/sh\nfor cmd in \"$@\"; do :; done\nexec sh -c \"$cmd\"\n"), 0o755)
+	env := append([]string{"FM_SSH_BIN=" + fake}, leakEnv...)
+	w.checkJobEnv(t, w.jobEnv(t, env))
+
+	pwned := filepath.Join(w.base, "PWNED")
+	hostile := "$(touch " + pwned + ")`touch " + pwned + "`; touch " + pwned + " it's \"x\" \\ *"
+	out, errOut, code := run(w.controller, env, nil, "on", "sm1", "extension", "inspect", hostile)
+	if code != 1 || out != "" || !strings.Contains(errOut, strconv.Quote(hostile)) {
+		t.Errorf("secondmate did not get the argument intact: exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Lstat(pwned); err == nil {
+		t.Error("an argument was executed by a shell")
 	}
 }
 
@@ -275,7 +400,8 @@ func TestRemoteBindLocalRoute(t *testing.T) {
 }
 
 // TestOnUsage checks what fm on accepts as the secondmate's command
-// ([XFER-4]) and that the secondmate's own error comes back unchanged.
+// ([XFER-4], [CLI-1]) and that the secondmate's own error comes back
+// unchanged.
 func TestOnUsage(t *testing.T) {
 	w := newWorld(t)
 	w.route(t, "")
@@ -283,6 +409,7 @@ func TestOnUsage(t *testing.T) {
 		{"on", "sm1"},
 		{"on", "sm1", "on", "sm1", "extension", "list"},
 		{"on", "sm1", "sh", "-c", "true"},
+		{"on", "sm1", "on-receive", "e30"},
 		{"on", "sm1", "--stdin"},
 		{"on", "nobody", "extension", "list"},
 	} {
@@ -292,6 +419,16 @@ func TestOnUsage(t *testing.T) {
 	}
 	if out, _, code := run(w.controller, nil, nil, "on", "--help"); code != 0 || !strings.HasPrefix(out, "usage: fm on ") {
 		t.Errorf("fm on --help: exit %d\n%s", code, out)
+	}
+	// on-receive, the remote end, is plumbing: not in the help or the
+	// completion, and it runs no job it cannot decode.
+	for _, args := range [][]string{{"help"}, {"completion", "bash"}} {
+		if out, _, _ := run(w.controller, nil, nil, args...); strings.Contains(out, "on-receive") {
+			t.Errorf("fm %s lists on-receive", strings.Join(args, " "))
+		}
+	}
+	if _, errOut, code := run(w.controller, nil, nil, "on-receive", "e30"); code != 2 || !strings.HasPrefix(errOut, "error[usage]: ") {
+		t.Errorf("fm on-receive with a bad job: exit %d, stderr %q", code, errOut)
 	}
 	// The secondmate's own failure comes back unchanged.
 	out, errOut, code := run(w.controller, nil, nil, "on", "sm1", "extension", "inspect", "org.example.absent")
@@ -349,6 +486,7 @@ func TestRemoteBindRealSSH(t *testing.T) {
 		"PermitRootLogin prohibit-password",
 		"StrictModes no",
 		"UsePAM no",
+		"AcceptEnv LANG LC_* FMTEST_*",
 		"LogLevel ERROR",
 		"",
 	}, "\n")), 0o600)
@@ -366,7 +504,8 @@ func TestRemoteBindRealSSH(t *testing.T) {
 
 	wrapper := filepath.Join(w.base, "ssh-wrapper")
 	write(t, wrapper, []byte("#!/bin/sh\nexec ssh -F /dev/null -i "+filepath.Join(keys, "user_key")+
-		" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -p "+port+` "$@"`+"\n"), 0o755)
+		" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"+
+		" -o SendEnv=LANG -o SendEnv=LC_* -o SendEnv=FMTEST_* -p "+port+` "$@"`+"\n"), 0o755)
 	me, err := user.Current()
 	if err != nil {
 		t.Fatal(err)
@@ -379,6 +518,25 @@ func TestRemoteBindRealSSH(t *testing.T) {
 	}
 
 	bound := w.remoteBind(t, env)
+
+	// [XFER-5] This sshd accepts, and this client sends, LANG, LC_* and
+	// FMTEST_* (as Debian's ssh_config does for LANG and LC_*): none of it
+	// reaches the secondmate's fm, whatever the remote login shell does.
+	jobEnv := w.jobEnv(t, append(slices.Clone(env), leakEnv...))
+	w.checkJobEnv(t, jobEnv)
+	if jobEnv["HOME"] != me.HomeDir {
+		t.Errorf("the job's HOME is %q, not the account's %q", jobEnv["HOME"], me.HomeDir)
+	}
+	// [XFER-4] An argument a shell would interpret arrives intact and
+	// unexecuted through the real remote login shell.
+	pwned := filepath.Join(w.base, "PWNED")
+	hostile := "$(touch " + pwned + ")`touch " + pwned + "`; touch " + pwned + " it's \"x\" \\ *"
+	if out, errOut, code := run(w.controller, env, nil, "on", "sm1", "extension", "inspect", hostile); code != 1 || out != "" || !strings.Contains(errOut, strconv.Quote(hostile)) {
+		t.Errorf("secondmate did not get the argument intact: exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Lstat(pwned); err == nil {
+		t.Error("an argument was executed by the remote shell")
+	}
 
 	signal := filepath.Join(w.base, "signal")
 	write(t, signal, []byte("hello from the secondmate\n"), 0o644)

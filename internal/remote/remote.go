@@ -11,30 +11,47 @@
 // home is the secondmate's effective home and root its code root, whose
 // bin/fm is the only program ever run; both must be absolute, clean, valid
 // UTF-8 paths without control characters. host is optional: absent runs the
-// command locally, present runs it over ssh. It is [user@]host with letters,
+// command locally, present runs it over ssh; present, it must not be empty
+// (an empty host never means "local"). It is [user@]host with letters,
 // digits and ._:- only and never starts with '-', so ssh can never read it
-// as an option. One malformed route refuses the whole file, as for the
-// binding registry: no reader selects around a bad record.
+// as an option. The root of a route with a host must also be spelled with
+// letters, digits and ._/- only (RootCharset), because it is the one word of
+// the remote command that is not encoded. One malformed route refuses the
+// whole file, as for the binding registry: no reader selects around a bad
+// record.
 //
 // # What crosses
 //
 // Only the argv of one fm subcommand, and with --stdin a bounded input. ssh
 // joins its arguments into one command string for the remote login shell,
-// so the string is built here from the route alone plus those arguments,
-// every word single-quoted (see RemoteCommand), and the remote side runs
-// exactly
+// whatever shell that is (sh, bash, zsh, fish, csh, ...), and the shells
+// disagree on quoting. So nothing is quoted: the command is exactly three
+// words, each of characters that no shell treats specially,
 //
-//	env -u FM_ROOT_OVERRIDE -u FM_STATE_OVERRIDE FM_HOME=<home> <root>/bin/fm <args...>
+//	<root>/bin/fm on-receive <job>
 //
-// Nothing the caller typed is ever interpreted as shell text, provided the
-// remote login shell is a POSIX shell (sh, dash, bash, ksh, zsh). Arguments
-// must not hold control characters, which a remote shell could treat as
-// command separators. The two unset variables would otherwise let the remote
-// login environment pick another code root or state root than the route
-// names. No environment variable, credential or token of the caller is sent:
+// where <job> is the unpadded base64url (RFC 4648 §5: [A-Za-z0-9_-]) of the
+// canonical JSON {"argv":[...],"home":"<home>","schema":JobSchema}
+// (EncodeJob). The hidden verb `fm on-receive` of the secondmate's fm
+// decodes and checks it (DecodeJob: strict JSON, canonical form, a command
+// of Commands, no control character) and replaces itself (execve) with
+// <root>/bin/fm <argv...> in an environment of exactly
+//
+//	PATH=<fixed system path>  FM_HOME=<home>  HOME=<the account's home, from /etc/passwd>
+//
+// (HOME only where the account is in /etc/passwd). Everything else of the
+// ssh session's environment is dropped there, on the remote side, because
+// the client cannot be made to send nothing: the system ssh_config of
+// Debian and others has "SendEnv LANG LC_*", a user's config may add SendEnv
+// or SetEnv lines, and a command-line "-o SendEnv=-*" is applied before
+// those files and so clears nothing. Dropping FM_ROOT_OVERRIDE and
+// FM_STATE_OVERRIDE also keeps the remote login environment from choosing
+// another code root or state root than the route names. No environment
+// variable, credential or token of the caller reaches the remote fm ([XFER-5]):
 // ssh runs with -T (no terminal), -a (no agent forwarding), -x (no X11
-// forwarding), ClearAllForwardings=yes and BatchMode=yes (never a prompt). A
-// local route runs <root>/bin/fm directly, without a shell, with the
+// forwarding), ClearAllForwardings=yes and BatchMode=yes (never a prompt).
+//
+// A local route runs <root>/bin/fm directly, without a shell, with the
 // caller's environment less FM_HOME, FM_ROOT_OVERRIDE and FM_STATE_OVERRIDE,
 // plus FM_HOME=<home>.
 //
@@ -44,27 +61,35 @@
 // stdout and stderr are collected up to MaxStdout and MaxStderr, and a job
 // that writes more is killed (response-oversized). The job's exit status is
 // returned for the caller to pass on; ssh's own failure (exit 255, which fm
-// never uses) is process-failed.
+// never uses) is process-failed. Arguments must not hold control characters
+// and, encoded, fit MaxJob (request-oversized).
 package remote
 
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
+	"golang.org/x/sys/unix"
+
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -86,6 +111,27 @@ const (
 // failure.
 const sshFailed = 255
 
+// The remote end of `fm on` over ssh.
+const (
+	// ReceiveVerb is the hidden fm command that runs a job on the remote
+	// side: fm on-receive <job>.
+	ReceiveVerb = "on-receive"
+	// JobSchema is the schema of the encoded job.
+	JobSchema = "firstmate.fm-on-job.v1"
+	// MaxJob bounds a job's canonical JSON (its base64url word is 4/3 of
+	// that), far below the kernel's 128 KiB limit on one argument, which the
+	// remote shell's -c command string must fit.
+	MaxJob = 65536
+)
+
+// Commands are the fm commands a job may run: those that work in a home.
+// `on` is not one (one hop only), nor is on-receive.
+var Commands = []string{"extension", "procevent", "wake", "doctor", "help", "version"}
+
+// RootCharset is what the root of a route with a host may be spelled with:
+// the characters no shell treats specially.
+const RootCharset = "letters, digits, '.', '_', '/' and '-'"
+
 // Route is where one secondmate home lives.
 type Route struct {
 	Home string `json:"home"`
@@ -96,15 +142,30 @@ type Route struct {
 var (
 	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	hostRe = regexp.MustCompile(`^([A-Za-z0-9_][A-Za-z0-9._-]*@)?[A-Za-z0-9_:][A-Za-z0-9._:-]*$`)
+	rootRe = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
 )
 
 // Lookup reads and validates the routes of h and returns the route of id.
 func Lookup(h *home.Home, id string) (*Route, error) {
+	routes, err := Routes(h)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errcode.New(errcode.Usage, "unknown secondmate %q: %s does not exist; add a route there (mode 0600)", id, h.Secondmates())
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, ok := routes[id]
+	if !ok {
+		return nil, errcode.New(errcode.Usage, "unknown secondmate %q; the routes in %s are: %s", id, h.Secondmates(), strings.Join(slices.Sorted(maps.Keys(routes)), ", "))
+	}
+	return &r, nil
+}
+
+// Routes reads and validates every route of h. An absent routes file is an
+// error wrapping os.ErrNotExist; one malformed route refuses the whole file.
+func Routes(h *home.Home) (map[string]Route, error) {
 	path := h.Secondmates()
 	data, err := fsutil.ReadPrivateFile(path, MaxRoutesBytes)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errcode.New(errcode.Usage, "unknown secondmate %q: %s does not exist; add a route there (mode 0600)", id, path)
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -112,21 +173,24 @@ func Lookup(h *home.Home, id string) (*Route, error) {
 	if err := strictjson.Decode(data, MaxRoutesBytes, "routes "+path, &routes); err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(routes))
-	for k := range routes {
-		ids = append(ids, k)
+	// "host": "" decodes like an absent host; which of the two the file
+	// says is read separately, so that an empty host is refused rather than
+	// run locally.
+	var hosts map[string]struct {
+		Host *string `json:"host"`
 	}
-	sort.Strings(ids)
-	for _, k := range ids {
+	if err := json.Unmarshal(data, &hosts); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, nil, "routes %s: read the hosts", path)
+	}
+	for _, k := range slices.Sorted(maps.Keys(routes)) {
+		if h := hosts[k].Host; h != nil && *h == "" {
+			return nil, errcode.New(errcode.SchemaInvalid, "routes %s: %s.host is empty; name the [user@]host, or leave the key out for a secondmate on this machine", path, k)
+		}
 		if err := routes[k].check(path, k); err != nil {
 			return nil, err
 		}
 	}
-	r, ok := routes[id]
-	if !ok {
-		return nil, errcode.New(errcode.Usage, "unknown secondmate %q; the routes in %s are: %s", id, path, strings.Join(ids, ", "))
-	}
-	return &r, nil
+	return routes, nil
 }
 
 func (r Route) check(path, id string) error {
@@ -140,6 +204,9 @@ func (r Route) check(path, id string) error {
 	}
 	if r.Host != "" && !hostRe.MatchString(r.Host) {
 		return errcode.New(errcode.SchemaInvalid, "routes %s: %s.host %q must be [user@]host (letters, digits, '.', '_', ':', '-'; not starting with '-')", path, id, r.Host)
+	}
+	if r.Host != "" && !rootRe.MatchString(r.Root) {
+		return errcode.New(errcode.SchemaInvalid, "routes %s: %s.root %q of a route with a host may hold only %s, so that it reaches the remote shell without quoting; install fm there under such a path", path, id, r.Root, RootCharset)
 	}
 	return nil
 }
@@ -168,13 +235,16 @@ func Run(ctx context.Context, r *Route, args []string, stdin []byte) (*Result, e
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := r.command(ctx, args)
+	cmd, err := r.command(ctx, args)
+	if err != nil {
+		return nil, err
+	}
 	cmd.Stdin = bytes.NewReader(stdin)
 	stdout := &bounded{limit: MaxStdout, overflow: cancel}
 	stderr := &bounded{limit: MaxStderr, overflow: cancel}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
+	err = cmd.Run()
 	res := &Result{Stdout: stdout.buf.Bytes(), Stderr: stderr.buf.Bytes()}
 	where := r.where()
 	switch {
@@ -207,8 +277,8 @@ func (r *Route) where() string {
 func (r *Route) fm() string { return filepath.Join(r.Root, "bin", "fm") }
 
 // command builds the job: the secondmate's bin/fm run directly for a local
-// route, ssh with the quoted remote command for a remote one.
-func (r *Route) command(ctx context.Context, args []string) *exec.Cmd {
+// route, ssh with the encoded remote command for a remote one.
+func (r *Route) command(ctx context.Context, args []string) (*exec.Cmd, error) {
 	if r.Host == "" {
 		cmd := exec.CommandContext(ctx, r.fm(), args...)
 		env := []string{"FM_HOME=" + r.Home}
@@ -220,28 +290,147 @@ func (r *Route) command(ctx context.Context, args []string) *exec.Cmd {
 			}
 		}
 		cmd.Env = env
-		return cmd
+		return cmd, nil
+	}
+	command, err := RemoteCommand(r, args)
+	if err != nil {
+		return nil, err
 	}
 	ssh := os.Getenv(SSHEnv)
 	if ssh == "" {
 		ssh = DefaultSSH
 	}
-	return exec.CommandContext(ctx, ssh, "-T", "-a", "-x", "-o", "BatchMode=yes", "-o", "ClearAllForwardings=yes", "--", r.Host, RemoteCommand(r, args))
+	return exec.CommandContext(ctx, ssh, "-T", "-a", "-x", "-o", "BatchMode=yes", "-o", "ClearAllForwardings=yes", "--", r.Host, command), nil
 }
 
-// RemoteCommand is the command string ssh hands to the remote shell: every
-// word built from the route or args and single-quoted, so the shell runs
-// exactly the secondmate's bin/fm with args in its home. Inside single
-// quotes a POSIX shell interprets nothing; a quote itself is closed, written
-// escaped and reopened, so the argument it's becomes
+// RemoteCommand is the command string ssh hands to the remote login shell:
 //
-//	'it'\''s'
-func RemoteCommand(r *Route, args []string) string {
-	words := append([]string{"env", "-u", "FM_ROOT_OVERRIDE", "-u", "FM_STATE_OVERRIDE", "FM_HOME=" + r.Home, r.fm()}, args...)
-	for i, w := range words {
-		words[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+//	<root>/bin/fm on-receive <job>
+//
+// with <job> = EncodeJob(r.Home, args). Every character of it is a letter,
+// a digit, one of ._/- or the two separating spaces (the root is checked
+// against RootCharset with the route), so every shell splits it into those
+// three words and interprets nothing in them.
+func RemoteCommand(r *Route, args []string) (string, error) {
+	if !rootRe.MatchString(r.Root) {
+		return "", errcode.New(errcode.SchemaInvalid, "root %q of a route with a host may hold only %s", r.Root, RootCharset)
 	}
-	return strings.Join(words, " ")
+	job, err := EncodeJob(r.Home, args)
+	if err != nil {
+		return "", err
+	}
+	return r.fm() + " " + ReceiveVerb + " " + job, nil
+}
+
+// Job is what crosses to the remote side: the secondmate's home and the fm
+// argv to run there.
+type Job struct {
+	Schema string   `json:"schema"`
+	Home   string   `json:"home"`
+	Argv   []string `json:"argv"`
+}
+
+// EncodeJob returns the one-word encoding of a job: the unpadded base64url of
+// its canonical JSON. The word holds only [A-Za-z0-9_-] and, since the JSON
+// starts with '{', never starts with '-'.
+func EncodeJob(home string, argv []string) (string, error) {
+	data, err := strictjson.Canonical(&Job{Schema: JobSchema, Home: home, Argv: argv})
+	if err != nil {
+		return "", err
+	}
+	if len(data) > MaxJob {
+		return "", errcode.New(errcode.RequestOversized, "the fm command for the secondmate is %d bytes as json; the bound is %d", len(data), MaxJob)
+	}
+	return base64.RawURLEncoding.EncodeToString(data), nil
+}
+
+// DecodeJob reverses EncodeJob and checks the job: strict base64url without
+// padding, strict JSON of exactly the job's keys in canonical form (so one
+// job has one word), the schema, an absolute clean home without control
+// characters, and an argv whose first word is one of Commands and whose
+// words hold no control character or invalid UTF-8. Every refusal is usage.
+func DecodeJob(word string) (*Job, error) {
+	bad := func(why string) error {
+		return errcode.New(errcode.Usage, "%s takes one job written by fm on: %s", ReceiveVerb, why)
+	}
+	if base64.RawURLEncoding.EncodedLen(MaxJob) < len(word) {
+		return nil, bad("it is too long")
+	}
+	data, err := base64.RawURLEncoding.Strict().DecodeString(word)
+	if err != nil {
+		return nil, bad("it is not unpadded base64url")
+	}
+	var j Job
+	if err := strictjson.Decode(data, MaxJob, "fm on job", &j); err != nil {
+		return nil, bad(err.Error())
+	}
+	if canon, err := strictjson.Canonical(&j); err != nil || !bytes.Equal(canon, data) {
+		return nil, bad("its json is not canonical")
+	}
+	switch {
+	case j.Schema != JobSchema:
+		return nil, bad("its schema is not " + JobSchema + " (is fm the same version on both ends?)")
+	case !filepath.IsAbs(j.Home) || filepath.Clean(j.Home) != j.Home || !plain(j.Home):
+		return nil, bad("its home is not an absolute clean path")
+	case len(j.Argv) == 0 || !slices.Contains(Commands, j.Argv[0]):
+		return nil, bad("its command is not one of " + strings.Join(Commands, ", "))
+	}
+	for _, a := range j.Argv {
+		if !plain(a) {
+			return nil, bad("an argument holds a control character or invalid utf-8")
+		}
+	}
+	return &j, nil
+}
+
+// JobEnv is the whole environment of the fm a job runs: the fixed system
+// PATH, FM_HOME, and HOME where accountHome knows it. Nothing of the ssh
+// session's environment is in it.
+func JobEnv(j *Job) []string {
+	env := []string{"PATH=" + host.SystemPath, "FM_HOME=" + j.Home}
+	if h := accountHome(); h != "" {
+		env = append(env, "HOME="+h)
+	}
+	return env
+}
+
+// ExecJob is `fm on-receive <word>`: it decodes the job and replaces the
+// running fm with the same fm executable running the job's argv in JobEnv,
+// so the job's stdin, stdout, stderr and exit status are the session's. It
+// returns only on failure.
+func ExecJob(word string) error {
+	j, err := DecodeJob(word)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "locate the running fm")
+	}
+	err = unix.Exec(exe, append([]string{exe}, j.Argv...), JobEnv(j))
+	return errcode.Wrap(errcode.ProcessFailed, err, "run %s", exe)
+}
+
+// accountHome is the home directory of the effective user's entry in
+// /etc/passwd, or "" when there is none (an account of a directory service)
+// or it is not an absolute clean path. It is the remote account's own, never
+// anything the caller sent.
+func accountHome() string {
+	data, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return ""
+	}
+	uid := strconv.Itoa(os.Geteuid())
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) == 7 && f[2] == uid {
+			if d := f[5]; filepath.IsAbs(d) && filepath.Clean(d) == d && plain(d) {
+				return d
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // bounded collects up to limit bytes; past that it drops the rest, records

@@ -3,9 +3,11 @@ package remote
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +51,9 @@ func writeFile(t *testing.T, p, data string, mode os.FileMode) {
 
 // TestLookup checks the route file rules of [XFER-4] and [HOME-4]: a private
 // 0600 file, strict JSON, absolute clean paths, a host that cannot be an ssh
-// option, and one bad route refusing the whole file.
+// option and is never empty (an empty host is refused, not run locally), a
+// remote root that needs no quoting in any shell, and one bad route refusing
+// the whole file.
 func TestLookup(t *testing.T) {
 	for _, c := range []struct {
 		name, routes string
@@ -67,6 +71,12 @@ func TestLookup(t *testing.T) {
 		{"host that is an option", `{"sm1":{"home":"/srv/h","root":"/srv/r","host":"-oProxyCommand=x"}}`, 0o600, "sm1", errcode.SchemaInvalid},
 		{"host with a space", `{"sm1":{"home":"/srv/h","root":"/srv/r","host":"a b"}}`, 0o600, "sm1", errcode.SchemaInvalid},
 		{"bad route elsewhere", `{"sm1":{"home":"/srv/h","root":"/srv/r"},"sm2":{"home":"x","root":"/r"}}`, 0o600, "sm1", errcode.PathUnsafe},
+		{"empty host", `{"sm1":{"home":"/srv/h","root":"/srv/r","host":""}}`, 0o600, "sm1", errcode.SchemaInvalid},
+		{"empty host elsewhere", `{"sm1":{"home":"/srv/h","root":"/srv/r"},"sm2":{"home":"/srv/h","root":"/srv/r","host":""}}`, 0o600, "sm1", errcode.SchemaInvalid},
+		{"null host", `{"sm1":{"home":"/srv/h","root":"/srv/r","host":null}}`, 0o600, "sm1", errcode.SchemaInvalid},
+		{"remote root with a quote", `{"sm1":{"home":"/srv/h","root":"/srv/it's","host":"me@box"}}`, 0o600, "sm1", errcode.SchemaInvalid},
+		{"remote root with a space", `{"sm1":{"home":"/srv/h","root":"/srv/a b","host":"me@box"}}`, 0o600, "sm1", errcode.SchemaInvalid},
+		{"remote root with a dollar", `{"sm1":{"home":"/srv/h","root":"/srv/$HOME","host":"me@box"}}`, 0o600, "sm1", errcode.SchemaInvalid},
 		{"unknown key", `{"sm1":{"home":"/srv/h","root":"/srv/r","env":{"A":"b"}}}`, 0o600, "sm1", errcode.SchemaInvalid},
 		{"missing root", `{"sm1":{"home":"/srv/h"}}`, 0o600, "sm1", errcode.SchemaInvalid},
 		{"duplicate id", `{"sm1":{"home":"/a","root":"/b"},"sm1":{"home":"/c","root":"/d"}}`, 0o600, "sm1", errcode.JSONInvalid},
@@ -82,8 +92,20 @@ func TestLookup(t *testing.T) {
 				return
 			}
 			wantCode(t, err, c.code)
+			if c.code == errcode.SchemaInvalid && !strings.Contains(err.Error(), h.Secondmates()) {
+				t.Errorf("%v does not name the route file", err)
+			}
 		})
 	}
+	// A local route's root and home need no shell, so they may hold any
+	// character but a control character.
+	t.Run("local root with a quote and a space", func(t *testing.T) {
+		h := &home.Home{Dir: canonicalTemp(t)}
+		writeFile(t, h.Secondmates(), `{"sm1":{"home":"/srv/it's home","root":"/srv/a b"}}`, 0o600)
+		if r, err := Lookup(h, "sm1"); err != nil || r.Root != "/srv/a b" {
+			t.Fatalf("route %+v, %v", r, err)
+		}
+	})
 	t.Run("no route file", func(t *testing.T) {
 		_, err := Lookup(&home.Home{Dir: canonicalTemp(t)}, "sm1")
 		wantCode(t, err, errcode.Usage)
@@ -109,6 +131,15 @@ func fakeRoot(t *testing.T) string {
 	return root
 }
 
+// expectedOutputPrefix is what argvScript prints first for args.
+func expectedOutputPrefix(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteString("arg:" + a + "\n")
+	}
+	return b.String()
+}
+
 func expectedOutput(home string, args []string, stdin string) string {
 	var b strings.Builder
 	for _, a := range args {
@@ -118,26 +149,107 @@ func expectedOutput(home string, args []string, stdin string) string {
 	return b.String()
 }
 
-// TestRemoteCommandQuoting runs the exact command string ssh would hand to
-// the remote shell through sh: the secondmate's bin/fm gets exactly the
-// argv, FM_HOME is the route's home, the override variables are unset, and
-// nothing was interpreted as shell text ([XFER-4]).
-func TestRemoteCommandQuoting(t *testing.T) {
+// shells are the shells on this machine that the remote command is run
+// through, standing in for the remote login shell.
+func shells(t *testing.T) []string {
+	var found []string
+	for _, sh := range []string{"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh"} {
+		if p, err := exec.LookPath(sh); err == nil {
+			found = append(found, p)
+		}
+	}
+	if len(found) == 0 {
+		t.Skip("no shell")
+	}
+	return found
+}
+
+// safeWords is the whole alphabet of the remote command: characters no
+// shell interprets, and spaces between exactly three words.
+var safeWords = regexp.MustCompile(`^[A-Za-z0-9._/-]+ on-receive [A-Za-z0-9_-]+$`)
+
+// TestRemoteCommandEncoding checks the command string ssh hands to the
+// remote login shell ([XFER-4], [XFER-5]): three words of letters, digits
+// and ._/-, so no shell's quoting rules matter (sh, bash, fish, csh and the
+// rest split it the same way and interpret nothing); run through every shell
+// here, the secondmate's bin/fm gets exactly "on-receive <job>", and the job
+// decodes to the route's home and exactly the caller's argv.
+func TestRemoteCommandEncoding(t *testing.T) {
 	root := fakeRoot(t)
 	work := canonicalTemp(t)
-	r := &Route{Home: "/srv/it's home", Root: root, Host: "me@box"}
-	cmd := exec.Command("sh", "-c", RemoteCommand(r, hostile))
-	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "FM_ROOT_OVERRIDE=/elsewhere", "FM_STATE_OVERRIDE=/elsewhere/state")
-	out, err := cmd.Output()
+	r := &Route{Home: "/srv/it's home; $(touch PWNED)", Root: root, Host: "me@box"}
+	command, err := RemoteCommand(r, hostile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := string(out), expectedOutput(r.Home, hostile, ""); got != want {
-		t.Fatalf("remote side saw\n%s\nwant\n%s", got, want)
+	if !safeWords.MatchString(command) || !strings.HasPrefix(command, root+"/bin/fm ") {
+		t.Fatalf("remote command %q holds characters a shell could interpret", command)
+	}
+	job := strings.Fields(command)[2]
+	for _, sh := range shells(t) {
+		cmd := exec.Command(sh, "-c", command)
+		cmd.Dir = work
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v", sh, err)
+		}
+		if got, want := string(out), expectedOutputPrefix([]string{ReceiveVerb, job}); !strings.HasPrefix(got, want) {
+			t.Fatalf("%s: remote side saw\n%s\nwant\n%s", sh, got, want)
+		}
 	}
 	if _, err := os.Lstat(filepath.Join(work, "PWNED")); err == nil {
 		t.Fatal("an argument was executed by the shell")
+	}
+	j, err := DecodeJob(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Home != r.Home || !slices.Equal(j.Argv, hostile) {
+		t.Fatalf("decoded job %+v; want home %q and argv %q", j, r.Home, hostile)
+	}
+	env := JobEnv(j)
+	if len(env) < 2 || env[0] != "PATH=/usr/local/bin:/usr/bin:/bin" || env[1] != "FM_HOME="+r.Home || (len(env) == 3 && !strings.HasPrefix(env[2], "HOME=/")) || len(env) > 3 {
+		t.Errorf("job environment %q; want exactly PATH, FM_HOME and at most HOME", env)
+	}
+
+	r.Root = "/srv/it's"
+	_, err = RemoteCommand(r, hostile)
+	wantCode(t, err, errcode.SchemaInvalid)
+	_, err = RemoteCommand(&Route{Home: "/h", Root: root, Host: "me@box"}, []string{"extension", strings.Repeat("x", MaxJob)})
+	wantCode(t, err, errcode.RequestOversized)
+}
+
+// TestDecodeJob checks the remote end's refusals ([XFER-4]): only a job
+// fm on wrote, in its one canonical encoding, for a command that runs in a
+// home; everything else is usage and runs nothing.
+func TestDecodeJob(t *testing.T) {
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	good, err := EncodeJob("/srv/h", []string{"extension", "list"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := DecodeJob(good); err != nil || j.Home != "/srv/h" || !slices.Equal(j.Argv, []string{"extension", "list"}) {
+		t.Fatalf("good job: %+v %v", j, err)
+	}
+	for name, word := range map[string]string{
+		"padded":            good + "=",
+		"standard base64":   strings.NewReplacer("-", "+", "_", "/").Replace(enc(`{"argv":["wake","list"],"home":"/srv/h~~~>","schema":"firstmate.fm-on-job.v1"}`)),
+		"not canonical":     enc(`{"schema":"firstmate.fm-on-job.v1","home":"/srv/h","argv":["wake","list"]}`),
+		"unknown key":       enc(`{"argv":["wake","list"],"env":{"A":"b"},"home":"/srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"other schema":      enc(`{"argv":["wake","list"],"home":"/srv/h","schema":"firstmate.fm-on-job.v2"}`),
+		"relative home":     enc(`{"argv":["wake","list"],"home":"srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"on itself":         enc(`{"argv":["on","sm1","wake","list"],"home":"/srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"on-receive itself": enc(`{"argv":["on-receive","x"],"home":"/srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"a program":         enc(`{"argv":["sh","-c","true"],"home":"/srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"empty argv":        enc(`{"argv":[],"home":"/srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"control character": enc(`{"argv":["wake","a\nb"],"home":"/srv/h","schema":"firstmate.fm-on-job.v1"}`),
+		"too long":          strings.Repeat("A", base64.RawURLEncoding.EncodedLen(MaxJob)+1),
+		"empty":             "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := DecodeJob(word)
+			wantCode(t, err, errcode.Usage)
+		})
 	}
 }
 
@@ -164,7 +276,7 @@ func TestRunLocal(t *testing.T) {
 }
 
 // TestRunSSH checks the ssh job ([XFER-4]): argv is exactly the fixed safe
-// options, the host and the quoted command; ssh's own failure (255) is
+// options, the host and the encoded command; ssh's own failure (255) is
 // process-failed.
 func TestRunSSH(t *testing.T) {
 	dir := canonicalTemp(t)
@@ -186,8 +298,12 @@ exit 255
 		t.Fatal(err)
 	}
 	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	job, err := EncodeJob("/srv/h", []string{"extension", "list"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []string{"-T", "-a", "-x", "-o", "BatchMode=yes", "-o", "ClearAllForwardings=yes", "--", "me@box",
-		`'env' '-u' 'FM_ROOT_OVERRIDE' '-u' 'FM_STATE_OVERRIDE' 'FM_HOME=/srv/h' '/srv/r/bin/fm' 'extension' 'list'`}
+		"/srv/r/bin/fm on-receive " + job}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ssh argv %q\nwant %q", got, want)
 	}

@@ -14,7 +14,11 @@
 //
 // Syntax failures are json-invalid; shape failures are schema-invalid. Messages
 // name the document and the JSON pointer, never the document's text, because
-// some documents (responses) carry package text that must not be shown.
+// some documents (responses) carry package text that must not be shown. A
+// pointer itself holds the document's object keys, so for a document whose
+// keys a package chose, DecodeWith with HidePointers shows a pointer only as
+// far as its segments are keys of the Go type decoded into (CONTRACT
+// [PROTO-4]): `unknown key in "/error"`, never the unknown key itself.
 //
 // Documents the host writes (CONTRACT [JSON-2]) are canonical: keys sorted
 // bytewise, no insignificant whitespace; or pretty: the same order, two-space
@@ -27,6 +31,8 @@ import (
 	"io"
 	"reflect"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -52,34 +58,65 @@ func Read(r io.Reader, limit int, what string) ([]byte, error) {
 // Decode parses data strictly into v (a pointer to a struct, slice or map).
 // what names the document in errors.
 func Decode(data []byte, limit int, what string, v any) error {
+	return DecodeWith(data, limit, what, v, DecodeOpts{})
+}
+
+// DecodeOpts are the options of DecodeWith. The zero value is Decode.
+type DecodeOpts struct {
+	// HidePointers keeps the document's own object keys out of error
+	// messages, for documents whose keys a package chose (handshake and
+	// invoke responses, operation results: CONTRACT [PROTO-4]). A JSON
+	// pointer is shown only as far as each segment is a key of the Go type
+	// being decoded (or an array index below one), and a refusal past that
+	// prefix is reported "in" it: `unknown key in "/error"`, `duplicate
+	// object key at byte 57 in "/result"`, `unknown key in the document`.
+	HidePointers bool
+}
+
+// DecodeWith is Decode with opts.
+func DecodeWith(data []byte, limit int, what string, v any, opts DecodeOpts) error {
 	if len(data) > limit {
 		return errcode.New(errcode.JSONOversized, "%s: larger than %d bytes", what, limit)
-	}
-	if err := CheckSyntax(data, what); err != nil {
-		return err
 	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return errcode.New(errcode.Internal, "%s: decode target is not a pointer", what)
 	}
-	if err := checkShape(jsontext.Value(data), rv.Type().Elem(), "", what); err != nil {
+	r := &reporter{what: what, hide: opts.HidePointers, root: rv.Type().Elem()}
+	if err := r.checkSyntax(data); err != nil {
+		return err
+	}
+	if err := r.checkShape(jsontext.Value(data), r.root, ""); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
-		return describe(err, what)
+		return r.describe(err)
 	}
 	return nil
+}
+
+// reporter words the refusals of one Decode: what names the document, and
+// with hide the pointers are cut to the part that root's keys spell.
+type reporter struct {
+	what string
+	hide bool
+	root reflect.Type // nil: no key is known, every pointer is hidden
 }
 
 // CheckSyntax verifies that data is exactly one strict JSON value with no
 // duplicate keys and nesting at most MaxDepth.
 func CheckSyntax(data []byte, what string) error {
+	return (&reporter{what: what}).checkSyntax(data)
+}
+
+func (r *reporter) checkSyntax(data []byte) error {
+	what := r.what
 	dec := jsontext.NewDecoder(bytes.NewReader(data))
 	depth := 0
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return describe(err, what)
+			return r.syntaxError(data, err)
 		}
 		switch tok.Kind() {
 		case '{', '[':
@@ -98,16 +135,56 @@ func CheckSyntax(data []byte, what string) error {
 		if err == nil {
 			return errcode.New(errcode.JSONInvalid, "%s: more than one json document", what)
 		}
-		return describe(err, what)
+		return r.syntaxError(data, err)
 	}
 	return nil
+}
+
+var bom = []byte{0xEF, 0xBB, 0xBF}
+
+// syntaxError describes a parse failure of data. A byte-order mark and
+// invalid UTF-8 are named as such (the parser reports both as an invalid
+// character); they are looked for only once parsing has failed, so a valid
+// document costs nothing more.
+func (r *reporter) syntaxError(data []byte, err error) error {
+	switch {
+	case bytes.HasPrefix(data, bom):
+		return errcode.New(errcode.JSONInvalid, "%s: starts with a byte-order mark", r.what)
+	case !utf8.Valid(data):
+		return errcode.New(errcode.JSONInvalid, "%s: not valid utf-8", r.what)
+	}
+	return r.describe(err)
+}
+
+// PeekString returns the string value of the member name of data's top-level
+// object. It applies no shape rule, so a caller can learn, say, the request
+// id of a document that Decode refuses, in order to answer it. ok is false when data is not a syntactically valid object
+// (check it with CheckSyntax first), has no such member, or its value is not
+// a string.
+func PeekString(data []byte, name string) (value string, ok bool) {
+	if jsontext.Value(data).Kind() != '{' {
+		return "", false
+	}
+	members, err := objectMembers(jsontext.Value(data))
+	if err != nil {
+		return "", false
+	}
+	raw, present := members[name]
+	if !present || raw.Kind() != '"' {
+		return "", false
+	}
+	if err := json.Unmarshal(raw, &value); err != nil {
+		return "", false
+	}
+	return value, true
 }
 
 var rawValueType = reflect.TypeFor[jsontext.Value]()
 
 // checkShape enforces key presence and null placement, which json.Unmarshal
 // does not: a missing key or a null for a non-nullable field is refused.
-func checkShape(raw jsontext.Value, t reflect.Type, ptr, what string) error {
+func (r *reporter) checkShape(raw jsontext.Value, t reflect.Type, ptr string) error {
+	what := r.what
 	if t == rawValueType || t.Kind() == reflect.Interface {
 		return nil
 	}
@@ -116,19 +193,19 @@ func checkShape(raw jsontext.Value, t reflect.Type, ptr, what string) error {
 		if isNull {
 			return nil
 		}
-		return checkShape(raw, t.Elem(), ptr, what)
+		return r.checkShape(raw, t.Elem(), ptr)
 	}
 	if isNull {
-		return errcode.New(errcode.SchemaInvalid, "%s: %s must not be null", what, pointer(ptr))
+		return errcode.New(errcode.SchemaInvalid, "%s: %s must not be null", what, r.pointer(ptr))
 	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if raw.Kind() != '{' {
-			return errcode.New(errcode.SchemaInvalid, "%s: %s must be an object", what, pointer(ptr))
+			return errcode.New(errcode.SchemaInvalid, "%s: %s must be an object", what, r.pointer(ptr))
 		}
 		members, err := objectMembers(raw)
 		if err != nil {
-			return describe(err, what)
+			return r.describe(err)
 		}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
@@ -141,9 +218,9 @@ func checkShape(raw jsontext.Value, t reflect.Type, ptr, what string) error {
 				if optional {
 					continue
 				}
-				return errcode.New(errcode.SchemaInvalid, "%s: missing key %q at %s", what, name, pointer(ptr))
+				return errcode.New(errcode.SchemaInvalid, "%s: missing key %q at %s", what, name, r.pointer(ptr))
 			}
-			if err := checkShape(val, f.Type, ptr+"/"+name, what); err != nil {
+			if err := r.checkShape(val, f.Type, ptr+"/"+name); err != nil {
 				return err
 			}
 		}
@@ -152,27 +229,27 @@ func checkShape(raw jsontext.Value, t reflect.Type, ptr, what string) error {
 			return nil
 		}
 		if raw.Kind() != '[' {
-			return errcode.New(errcode.SchemaInvalid, "%s: %s must be an array", what, pointer(ptr))
+			return errcode.New(errcode.SchemaInvalid, "%s: %s must be an array", what, r.pointer(ptr))
 		}
 		elems, err := arrayElems(raw)
 		if err != nil {
-			return describe(err, what)
+			return r.describe(err)
 		}
 		for i, e := range elems {
-			if err := checkShape(e, t.Elem(), ptr+"/"+strconv.Itoa(i), what); err != nil {
+			if err := r.checkShape(e, t.Elem(), ptr+"/"+strconv.Itoa(i)); err != nil {
 				return err
 			}
 		}
 	case reflect.Map:
 		if raw.Kind() != '{' {
-			return errcode.New(errcode.SchemaInvalid, "%s: %s must be an object", what, pointer(ptr))
+			return errcode.New(errcode.SchemaInvalid, "%s: %s must be an object", what, r.pointer(ptr))
 		}
 		members, err := objectMembers(raw)
 		if err != nil {
-			return describe(err, what)
+			return r.describe(err)
 		}
 		for k, v := range members {
-			if err := checkShape(v, t.Elem(), ptr+"/"+k, what); err != nil {
+			if err := r.checkShape(v, t.Elem(), ptr+"/"+escape(k)); err != nil {
 				return err
 			}
 		}
@@ -240,11 +317,92 @@ func arrayElems(raw jsontext.Value) ([]jsontext.Value, error) {
 	return out, nil
 }
 
-func pointer(p string) string {
-	if p == "" {
+// escape makes an object key one JSON pointer segment (RFC 6901).
+func escape(k string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+}
+
+// pointer names the value at the JSON pointer p: "the document" or the
+// quoted pointer; with hide, a pointer that runs past the known keys is
+// "a value in" its known prefix.
+func (r *reporter) pointer(p string) string {
+	shown, whole := r.known(p)
+	switch {
+	case whole && shown == "":
 		return "the document"
+	case whole:
+		return strconv.Quote(truncate(shown, 96))
+	case shown == "":
+		return "a value in the document"
 	}
-	return strconv.Quote(truncate(p, 96))
+	return "a value in " + strconv.Quote(truncate(shown, 96))
+}
+
+// at is the place suffix of a refusal at the JSON pointer p (empty for none):
+// ` at "/p"`, or with hide, past the known keys, ` in "/prefix"` or
+// ` in the document`.
+func (r *reporter) at(p string) string {
+	if p == "" {
+		return ""
+	}
+	shown, whole := r.known(p)
+	switch {
+	case whole:
+		return " at " + strconv.Quote(truncate(shown, 96))
+	case shown == "":
+		return " in the document"
+	}
+	return " in " + strconv.Quote(truncate(shown, 96))
+}
+
+// known returns the longest prefix of the JSON pointer p that may be shown,
+// and whether that is all of p. Without hide it is p. With hide, a segment is
+// kept only while it is the JSON name of a field of the Go type reached so
+// far (starting at root), or an array index where that type is a slice or
+// array of something other than bytes; a map key, anything inside a raw
+// value, and any key the type does not declare end the prefix.
+func (r *reporter) known(p string) (string, bool) {
+	if !r.hide || p == "" {
+		return p, true
+	}
+	t := r.root
+	shown := ""
+	for _, seg := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		next := reflect.Type(nil)
+		switch {
+		case t == nil || t == rawValueType:
+		case t.Kind() == reflect.Struct:
+			for i := 0; i < t.NumField(); i++ {
+				if name, _, ok := fieldName(t.Field(i)); ok && name == seg {
+					next = t.Field(i).Type
+					break
+				}
+			}
+		case (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && t.Elem().Kind() != reflect.Uint8 && isIndex(seg):
+			next = t.Elem()
+		}
+		if next == nil {
+			return shown, false
+		}
+		shown += "/" + seg
+		t = next
+	}
+	return shown, true
+}
+
+func isIndex(s string) bool {
+	if s == "" || len(s) > 9 || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func truncate(s string, n int) string {
@@ -256,7 +414,8 @@ func truncate(s string, n int) string {
 
 // describe turns a parser error into a coded error that names the document,
 // the byte offset and the JSON pointer, but quotes none of the document text.
-func describe(err error, what string) error {
+func (r *reporter) describe(err error) error {
+	what := r.what
 	var syn *jsontext.SyntacticError
 	if errors.As(err, &syn) {
 		reason := "invalid json"
@@ -268,7 +427,7 @@ func describe(err error, what string) error {
 		case errors.Is(syn.Err, jsontext.ErrNonStringName):
 			reason = "object key is not a string"
 		}
-		return errcode.Wrap(errcode.JSONInvalid, nil, "%s: %s at byte %d%s", what, reason, syn.ByteOffset, at(string(syn.JSONPointer)))
+		return errcode.Wrap(errcode.JSONInvalid, nil, "%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer)))
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return errcode.New(errcode.JSONInvalid, "%s: truncated or empty json", what)
@@ -279,16 +438,9 @@ func describe(err error, what string) error {
 		if errors.Is(sem.Err, json.ErrUnknownName) {
 			reason = "unknown key"
 		}
-		return errcode.New(errcode.SchemaInvalid, "%s: %s%s", what, reason, at(string(sem.JSONPointer)))
+		return errcode.New(errcode.SchemaInvalid, "%s: %s%s", what, reason, r.at(string(sem.JSONPointer)))
 	}
 	return errcode.New(errcode.JSONInvalid, "%s: invalid json", what)
-}
-
-func at(ptr string) string {
-	if ptr == "" {
-		return ""
-	}
-	return " at " + strconv.Quote(truncate(ptr, 96))
 }
 
 // Canonical encodes v with keys sorted bytewise and no insignificant

@@ -155,3 +155,89 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// [JSON-1] a byte-order mark and invalid UTF-8 are named as such.
+func TestEncodingFaultsNamed(t *testing.T) {
+	for in, want := range map[string]string{
+		"\ufeff" + good:                     "doc: starts with a byte-order mark",
+		"{\"schema\":\"\xff\",\"count\":3}": "doc: not valid utf-8",
+		good + "\xff":                       "doc: not valid utf-8",
+	} {
+		err := CheckSyntax([]byte(in), "doc")
+		if errcode.Of(err) != errcode.JSONInvalid || err.Error() != want {
+			t.Errorf("CheckSyntax(%q) = %v, want json-invalid %q", in, err, want)
+		}
+	}
+}
+
+func TestPeekString(t *testing.T) {
+	cases := []struct {
+		in, want string
+		ok       bool
+	}{
+		{good, "s", true},
+		{" \n" + good + " ", "s", true},
+		{`{"extra":1,"schema":"\u0041"}`, "A", true},
+		{`{"count":3}`, "", false},
+		{`{"schema":3}`, "", false},
+		{`{"schema":null}`, "", false},
+		{`{"inner":{"schema":"x"}}`, "", false},
+		{`["schema","s"]`, "", false},
+		{`"schema"`, "", false},
+		{`{"schema":"s"`, "", false},
+		{``, "", false},
+	}
+	for _, c := range cases {
+		got, ok := PeekString([]byte(c.in), "schema")
+		if got != c.want || ok != c.ok {
+			t.Errorf("PeekString(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// [JSON-1] [PROTO-4] with HidePointers no object key of the document that
+// the Go type does not declare reaches a message: not an unknown key, not a
+// duplicate key, not a map key, not a key inside a raw value. The known
+// prefix of the pointer is still named. Without the option the full
+// pointer is shown, as before.
+func TestHidePointers(t *testing.T) {
+	const secret = "SECRET-TOKEN-abc123"
+	type withMap struct {
+		M map[string]inner `json:"m"`
+	}
+	for _, c := range []struct {
+		name, in string
+		v        any
+		code     errcode.Code
+		want     string // the hidden message
+	}{
+		{"unknown key at the top", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1,"` + secret + `":1}`,
+			&doc{}, errcode.SchemaInvalid, `doc: unknown key in the document`},
+		{"unknown nested key", `{"schema":"s","count":3,"inner":{"name":"x","n":[],"` + secret + `":0},"opt":null,"raw":1}`,
+			&doc{}, errcode.SchemaInvalid, `doc: unknown key in "/inner"`},
+		{"unknown key below a pointer field", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":{"name":"x","n":[],"` + secret + `":0},"raw":1}`,
+			&doc{}, errcode.SchemaInvalid, `doc: unknown key in "/opt"`},
+		{"duplicate key inside a raw value", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":{"` + secret + `":1,"` + secret + `":2}}`,
+			&doc{}, errcode.JSONInvalid, `doc: duplicate object key at byte 94 in "/raw"`},
+		{"wrong type in a map value", `{"m":{"` + secret + `":{"name":1,"n":[]}}}`,
+			&withMap{}, errcode.SchemaInvalid, `doc: wrong type or value in "/m"`},
+		{"null in a map value", `{"m":{"` + secret + `":null}}`,
+			&withMap{}, errcode.SchemaInvalid, `doc: a value in "/m" must not be null`},
+		{"known path kept", `{"schema":"s","count":3,"inner":{"name":"x","n":[1,"x"]},"opt":null,"raw":1}`,
+			&doc{}, errcode.SchemaInvalid, `doc: wrong type or value at "/inner/n/1"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := DecodeWith([]byte(c.in), 4096, "doc", c.v, DecodeOpts{HidePointers: true})
+			if errcode.Of(err) != c.code || err == nil || err.Error() != c.want {
+				t.Fatalf("got %v (%s), want %s %q", err, errcode.Of(err), c.code, c.want)
+			}
+			if c.name == "known path kept" {
+				return
+			}
+			// Without the option the key is shown: the option is what hides it.
+			if err := Decode([]byte(c.in), 4096, "doc", c.v); err == nil || !strings.Contains(err.Error(), secret) {
+				t.Fatalf("Decode without HidePointers: %v; want the full pointer", err)
+			}
+		})
+	}
+}

@@ -63,6 +63,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"io"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -157,17 +158,25 @@ func Digest(m *Manifest) (string, error) {
 
 // Pack reads the package directory dir, which must lie outside the home
 // homeDir exactly as for bind, and returns its canonical envelope. It refuses
-// every package that a receiver would refuse.
+// every package that a receiver would refuse; the receiver's entry and size
+// bounds are checked from stat data before any file byte is read
+// (checkBounds).
 func Pack(dir, homeDir string) ([]byte, error) {
 	if err := pkgtree.CheckLocation(dir, homeDir); err != nil {
+		return nil, err
+	}
+	// The receiver's bounds first, from directory reads and stat data
+	// alone, so an oversized package is refused before any of its bytes is
+	// read: pkgtree.Scan hashes every file of a tree up to its own, far
+	// larger, bounds.
+	if err := checkBounds(dir); err != nil {
 		return nil, err
 	}
 	tree, err := pkgtree.Scan(dir, pkgtree.Source)
 	if err != nil {
 		return nil, err
 	}
-	// The bounds first, from the scan alone, so an oversized package is
-	// refused before its bytes are read.
+	// Again on what the scan validated (the tree may have changed since).
 	if err := checkCount(int64(len(tree.Entries))); err != nil {
 		return nil, err
 	}
@@ -227,6 +236,62 @@ func Pack(dir, homeDir string) ([]byte, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkBounds refuses, as package-oversized, a package directory that holds
+// more than MaxEntries entries, a regular file over MaxFileBytes or more than
+// MaxPackageBytes of regular files, judging from directory reads and lstat
+// alone: no file is opened, and no directory is read past the entry bound.
+// It refuses nothing else: a link, a special file or a directory it cannot
+// read is left for pkgtree.Scan to refuse with its own code, and Pack checks
+// the bounds again on the tree Scan validated.
+func checkBounds(dir string) error {
+	var count, total int64
+	var walk func(abs, rel string) error
+	walk = func(abs, rel string) error {
+		f, err := os.Open(abs)
+		if err != nil {
+			return nil
+		}
+		var ents []os.DirEntry
+		for {
+			chunk, err := f.ReadDir(int(MaxEntries + 1 - count - int64(len(ents))))
+			ents = append(ents, chunk...)
+			if count+int64(len(ents)) > MaxEntries {
+				f.Close()
+				return checkCount(count + int64(len(ents)))
+			}
+			if err != nil {
+				break
+			}
+		}
+		f.Close()
+		count += int64(len(ents))
+		slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+		for _, e := range ents {
+			p := path.Join(rel, e.Name())
+			switch {
+			case e.Type().IsDir():
+				if err := walk(filepath.Join(abs, e.Name()), p); err != nil {
+					return err
+				}
+			case e.Type().IsRegular():
+				fi, err := e.Info()
+				if err != nil {
+					continue
+				}
+				if err := checkFileSize(p, fi.Size()); err != nil {
+					return err
+				}
+				total += fi.Size()
+				if err := checkTotal(total); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(dir, "")
 }
 
 // readScanned reads the file entry e of the scanned package at dir and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -88,15 +89,21 @@ type Received struct {
 //  1. refuses a duplicate transfer identity: a unit with the same id,
 //     version and transfer digest in staging (already received) or in
 //     retired-staging (retired or failed) is transfer-exists; a concurrent
-//     receive of the same envelope waits for the lock and then finds it;
-//  2. rebuilds the package in a private temp directory inside
+//     receive of the same envelope waits for the lock and then finds it.
+//     This comes before the registry check, so sending an envelope again
+//     while its binding is still enabled says transfer-exists, not
+//     binding-exists;
+//  2. refuses options the registry cannot take (host.CheckRegistry);
+//  3. rebuilds the package in a private temp directory inside
 //     data/extensions/staging, scans it with the rules of bind and checks it
 //     entry by entry and by tree digest against the manifest, writes
 //     receipt.json, and renames the directory to its unit path without
-//     replacing anything (a refused rebuild removes the temp directory);
-//  3. binds the staged package/ (host.Bind with Staged), so the binding's
+//     replacing anything (a refused rebuild removes the temp directory and
+//     its error names the transfer digest and the unit path it would have
+//     had, never the removed temp directory);
+//  4. binds the staged package/ (host.Bind with Staged), so the binding's
 //     source.path is that directory;
-//  4. when the bind fails, moves that exact unit to retired-staging and
+//  5. when the bind fails, moves that exact unit to retired-staging and
 //     returns the bind's error, so the transfer is never enabled.
 //
 // Temp directories left by a receive that died are removed at the next
@@ -114,11 +121,14 @@ func Receive(ctx context.Context, h *home.Home, r io.Reader, opts host.BindOptio
 	if _, _, err := host.CheckOptions(h, p.Ext, opts); err != nil {
 		return nil, err
 	}
-	lock, err := lifecycle.Acquire(h)
+	lock, err := lifecycle.Acquire(ctx, h)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Release()
+	if err := checkNew(h, p); err != nil {
+		return nil, err
+	}
 	existing, err := binding.Load(h)
 	if err != nil {
 		return nil, err
@@ -147,8 +157,23 @@ func unitPath(area string, m *Manifest, digest string) string {
 	return filepath.Join(area, m.ExtensionID, m.ExtensionVersion, binding.Hex(digest))
 }
 
+// checkNew refuses a transfer identity that this home already holds, staged
+// or retired ([XFER-2]). The caller holds the lifecycle lock, so no receive
+// of it is under way.
+func checkNew(h *home.Home, p *Package) error {
+	for _, u := range []string{unitPath(h.Staging(), &p.Manifest, p.Digest), unitPath(h.RetiredStaging(), &p.Manifest, p.Digest)} {
+		if _, err := os.Lstat(u); err == nil {
+			return errcode.New(errcode.TransferExists, "transfer %s of %s@%s was already received: %s exists", p.Digest, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, u)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return errcode.Wrap(errcode.Internal, err, "stat %s", u)
+		}
+	}
+	return nil
+}
+
 // stage builds and publishes the unit of p and returns its path. The caller
-// holds the lifecycle lock.
+// holds the lifecycle lock and has checked that the identity is new
+// (checkNew).
 func stage(h *home.Home, p *Package) (string, error) {
 	staging := h.Staging()
 	if err := home.EnsurePrivate(staging, false); err != nil {
@@ -158,13 +183,6 @@ func stage(h *home.Home, p *Package) (string, error) {
 		return "", err
 	}
 	final := unitPath(staging, &p.Manifest, p.Digest)
-	for _, u := range []string{final, unitPath(h.RetiredStaging(), &p.Manifest, p.Digest)} {
-		if _, err := os.Lstat(u); err == nil {
-			return "", errcode.New(errcode.TransferExists, "transfer %s of %s@%s was already received: %s exists", p.Digest, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, u)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return "", errcode.Wrap(errcode.Internal, err, "stat %s", u)
-		}
-	}
 	tmp, err := os.MkdirTemp(staging, tmpPrefix)
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "create a temp directory in %s", staging)
@@ -180,10 +198,10 @@ func stage(h *home.Home, p *Package) (string, error) {
 	}
 	pkg := filepath.Join(tmp, PackageDir)
 	if err := build(pkg, p); err != nil {
-		return "", err
+		return "", rebuildFailed(err, pkg, p, final)
 	}
-	if _, err := checkTree(pkg, &p.Manifest); err != nil {
-		return "", err
+	if _, err := checkTree(pkg, "the rebuilt package", &p.Manifest); err != nil {
+		return "", rebuildFailed(err, pkg, p, final)
 	}
 	receipt, err := encodeReceipt(&p.Manifest, p.Digest)
 	if err != nil {
@@ -192,7 +210,7 @@ func stage(h *home.Home, p *Package) (string, error) {
 	if err := fsutil.PublishNoReplace(tmp, filepath.Join(tmp, ReceiptFile), receipt, 0o600); err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+	if err := fsutil.MkdirAllSync(filepath.Dir(final), 0o700); err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "create %s", filepath.Dir(final))
 	}
 	if err := home.CheckPrivate(filepath.Dir(final), false); err != nil {
@@ -203,6 +221,21 @@ func stage(h *home.Home, p *Package) (string, error) {
 	}
 	published = true
 	return final, nil
+}
+
+// rebuildFailed restates a failure to rebuild or check the package of p in
+// the temp directory pkg: the temp directory is removed before the operator
+// reads the error, so the message names the transfer digest and the unit the
+// transfer would have had, and paths inside the rebuilt package relative to
+// its root. The code is kept.
+func rebuildFailed(err error, pkg string, p *Package, final string) error {
+	msg := strings.ReplaceAll(err.Error(), pkg+string(filepath.Separator), "")
+	msg = strings.ReplaceAll(msg, pkg, "the rebuilt package")
+	return &errcode.Error{
+		Code: errcode.Of(err),
+		Msg:  fmt.Sprintf("transfer %s of %s@%s: %s; nothing was staged at %s", p.Digest, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, msg, final),
+		Err:  err,
+	}
 }
 
 // sweep removes the temp directories of receives that died.
@@ -281,8 +314,9 @@ func build(dir string, p *Package) error {
 // checkTree scans the staged package at dir under the rules of bind
 // (ownership, no links, no group/other write) and checks it against the
 // transfer manifest: the same entries, each of the same type, execute bit,
-// size and SHA-256, and the manifest's package digest.
-func checkTree(dir string, m *Manifest) (*pkgtree.Tree, error) {
+// size and SHA-256, and the manifest's package digest. what names dir in
+// errors.
+func checkTree(dir, what string, m *Manifest) (*pkgtree.Tree, error) {
 	tree, err := pkgtree.Scan(dir, pkgtree.Source)
 	if err != nil {
 		return nil, err
@@ -292,7 +326,7 @@ func checkTree(dir string, m *Manifest) (*pkgtree.Tree, error) {
 		want[m.Entries[i].Path] = &m.Entries[i]
 	}
 	if len(tree.Entries) != len(want) {
-		return nil, errcode.New(errcode.IntegrityMismatch, "staged package %s holds %d entries; its transfer manifest lists %d", dir, len(tree.Entries), len(want))
+		return nil, errcode.New(errcode.IntegrityMismatch, "%s holds %d entries; its transfer manifest lists %d", what, len(tree.Entries), len(want))
 	}
 	for _, e := range tree.Entries {
 		w := want[e.Path]
@@ -301,19 +335,19 @@ func checkTree(dir string, m *Manifest) (*pkgtree.Tree, error) {
 			same = w.Size == e.Size && (w.Mode == ModeExec) == e.Exec && *w.SHA256 == "sha256:"+hex.EncodeToString(e.SHA256[:])
 		}
 		if !same {
-			return nil, errcode.New(errcode.IntegrityMismatch, "staged package %s: %q does not match its transfer manifest", dir, e.Path)
+			return nil, errcode.New(errcode.IntegrityMismatch, "%s: %q does not match its transfer manifest", what, e.Path)
 		}
 	}
 	if tree.Digest != m.PackageDigest {
-		return nil, errcode.New(errcode.IntegrityMismatch, "staged package %s has tree digest %s; its transfer manifest says %s", dir, tree.Digest, m.PackageDigest)
+		return nil, errcode.New(errcode.IntegrityMismatch, "%s has tree digest %s; its transfer manifest says %s", what, tree.Digest, m.PackageDigest)
 	}
 	return tree, nil
 }
 
-// moveUnit moves the unit directory src to dst (creating dst's parents 0700)
-// without replacing anything, durably.
+// moveUnit moves the unit directory src to dst (creating dst's parents 0700,
+// durably: fsutil.MkdirAllSync) without replacing anything, durably.
 func moveUnit(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+	if err := fsutil.MkdirAllSync(filepath.Dir(dst), 0o700); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Dir(dst))
 	}
 	if err := home.CheckPrivate(filepath.Dir(dst), false); err != nil {

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ type Retired struct {
 // Enabled and moved at once, or a unit both staged and retired, is
 // retirement-partial: the pieces no longer form one identity and are left
 // for the operator. Neither is binding-missing.
-func Retire(h *home.Home, id, transferDigest, bindingDigest string, preflight host.Preflight) (*Retired, error) {
+func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest string, preflight host.Preflight) (*Retired, error) {
 	if err := manifest.CheckID(id); err != nil {
 		return nil, errcode.New(errcode.Usage, "extension %v", err)
 	}
@@ -67,7 +68,7 @@ func Retire(h *home.Home, id, transferDigest, bindingDigest string, preflight ho
 	if !binding.CheckDigest(bindingDigest) {
 		return nil, errcode.New(errcode.Usage, "--if-binding-digest %q must be sha256:<64 lowercase hex>", bindingDigest)
 	}
-	lock, err := lifecycle.Acquire(h)
+	lock, err := lifecycle.Acquire(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,7 @@ func loadUnit(dir, id, digest string) (*unit, error) {
 	if m.ExtensionID != id || m.ExtensionVersion != version {
 		return nil, errcode.New(errcode.IntegrityMismatch, "staged transfer %s holds %s@%s; its directory says %s@%s", dir, m.ExtensionID, m.ExtensionVersion, id, version)
 	}
-	tree, err := checkTree(filepath.Join(dir, PackageDir), m)
+	tree, err := checkTree(filepath.Join(dir, PackageDir), "staged package "+filepath.Join(dir, PackageDir), m)
 	if err != nil {
 		return nil, err
 	}

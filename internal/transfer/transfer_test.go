@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -259,6 +260,61 @@ func TestPackRefuses(t *testing.T) {
 	}
 	if _, err := Pack(examplePackage(t, exact), h.Dir); err != nil {
 		t.Fatalf("a package exactly at the entry and file bounds: %v", err)
+	}
+}
+
+// readBytes is this process's count of bytes read by read(2) and the like
+// (rchar of /proc/self/io).
+func readBytes(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no rchar in /proc/self/io")
+	return 0
+}
+
+// TestPackBoundsBeforeReading checks that pack-transfer refuses a package
+// over the receiver's limits ([XFER-2], [XFER-1]) from stat data, before
+// reading its files: a 32 MiB file (within bind's own bound, so a scan would
+// hash it all), or three files of 256 KiB, is refused having read less than
+// 128 KiB.
+func TestPackBoundsBeforeReading(t *testing.T) {
+	h := newHome(t)
+	for name, size := range map[string]int64{"one huge file": 32 << 20, "many files over the total": 0} {
+		t.Run(name, func(t *testing.T) {
+			dir := examplePackage(t, nil)
+			if size > 0 {
+				mustWrite(t, filepath.Join(dir, "huge"), nil, 0o644)
+				if err := os.Truncate(filepath.Join(dir, "huge"), size); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				for i := range 3 { // 3 * 256 KiB > 512 KiB, each file within its bound
+					mustWrite(t, filepath.Join(dir, fmt.Sprintf("part%d", i)), nil, 0o644)
+					if err := os.Truncate(filepath.Join(dir, fmt.Sprintf("part%d", i)), MaxFileBytes); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			before := readBytes(t)
+			_, err := Pack(dir, h.Dir)
+			read := readBytes(t) - before
+			wantCode(t, err, errcode.PackageOversized)
+			if read > 128<<10 {
+				t.Errorf("pack read %d bytes before refusing an oversized package", read)
+			}
+		})
 	}
 }
 
@@ -521,6 +577,33 @@ func TestReceiveRefusals(t *testing.T) {
 	}
 }
 
+// TestReceiveIntegrityNamesTheTransfer checks the message of a rebuilt
+// package that does not match its manifest ([XFER-2], [XFER-3], [CLI-3]):
+// the temp directory it was built in is already removed, so the error names
+// the transfer digest and the unit path the transfer would have had, never
+// staging/.receiving-*.
+func TestReceiveIntegrityNamesTheTransfer(t *testing.T) {
+	env := decode(t, pack(t, examplePackage(t, nil)))
+	env.Manifest.PackageDigest = binding.Digest([]byte("another tree"))
+	data := seal(t, env)
+	p, err := Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHome(t)
+	_, err = Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
+	wantCode(t, err, errcode.IntegrityMismatch)
+	msg := err.Error()
+	if strings.Contains(msg, tmpPrefix) {
+		t.Errorf("the error names the removed temp directory: %s", msg)
+	}
+	unit := filepath.Join(h.Staging(), exampleID, exampleVersion, binding.Hex(p.Digest))
+	if !strings.Contains(msg, p.Digest) || !strings.Contains(msg, unit) {
+		t.Errorf("the error %q does not name transfer %s and unit %s", msg, p.Digest, unit)
+	}
+	assertNothingLeft(t, h)
+}
+
 // TestReceiveRefusesBadOptionsBeforeStaging checks that a receive whose bind
 // options could never bind stages nothing, so the transfer identity is not
 // consumed and a corrected call succeeds ([XFER-3], [BIND-1], [BIND-2]).
@@ -654,6 +737,9 @@ func TestStagedLocation(t *testing.T) {
 
 // TestReceiveDuplicate checks that a transfer identity is received once
 // ([XFER-2]): again while staged, and again once retired, is transfer-exists.
+// While its binding is still enabled the duplicate identity is what is
+// reported (transfer-exists, not the registry's binding-exists): the
+// identity check comes first.
 func TestReceiveDuplicate(t *testing.T) {
 	data := pack(t, examplePackage(t, nil))
 	h := newHome(t)
@@ -662,8 +748,11 @@ func TestReceiveDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
-	wantCode(t, err, errcode.BindingExists) // the registry check comes first
-	if _, err := Retire(h, exampleID, r.TransferDigest, r.Binding.Digest, nil); err != nil {
+	wantCode(t, err, errcode.TransferExists)
+	if !strings.Contains(err.Error(), r.TransferDigest) || !strings.Contains(err.Error(), r.Unit) {
+		t.Errorf("duplicate refusal %q does not name the transfer and its unit", err)
+	}
+	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
@@ -739,7 +828,7 @@ func TestRetireTransfer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "retire-transfer") {
 		t.Fatalf("retire-binding of a transferred binding: %v", err)
 	}
-	res, err := Retire(h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+	res, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -760,7 +849,7 @@ func TestRetireTransfer(t *testing.T) {
 	if _, err := os.Lstat(r.Binding.PackageRoot); err != nil {
 		t.Errorf("installed package removed: %v", err)
 	}
-	_, err = Retire(h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+	_, err = Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
 	wantCode(t, err, errcode.TransferMissing)
 
 	// Moving both back restores the binding.
@@ -780,7 +869,7 @@ func TestRetireTransfer(t *testing.T) {
 func TestRetireTransferPreflight(t *testing.T) {
 	h, r := receive(t)
 	busy := func(*binding.Binding) error { return errcode.New(errcode.BindingInUse, "a registration depends on it") }
-	_, err := Retire(h, exampleID, r.TransferDigest, r.Binding.Digest, busy)
+	_, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, busy)
 	wantCode(t, err, errcode.BindingInUse)
 	if bs, _ := binding.Load(h); len(bs) != 1 {
 		t.Error("binding moved despite the preflight")
@@ -885,7 +974,7 @@ func TestRetireTransferTampered(t *testing.T) {
 			h, r := receive(t)
 			td, bd := c.tamper(t, h, r)
 			before := snapshot(t, h)
-			_, err := Retire(h, exampleID, td, bd, nil)
+			_, err := Retire(context.Background(), h, exampleID, td, bd, nil)
 			wantCode(t, err, c.code)
 			if after := snapshot(t, h); !slices.Equal(before, after) {
 				t.Errorf("a refused retire changed the home:\nbefore %q\nafter  %q", before, after)
@@ -896,7 +985,7 @@ func TestRetireTransferTampered(t *testing.T) {
 	t.Run("interrupted between the two moves resumes", func(t *testing.T) {
 		h, r := receive(t)
 		moveBinding(t, r)
-		res, err := Retire(h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+		res, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
 		if err != nil {
 			t.Fatalf("resume: %v", err)
 		}

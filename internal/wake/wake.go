@@ -16,8 +16,8 @@
 //     lower-case word. Key and payload are bounded by MaxField bytes.
 //   - A crash can at worst leave a final line without its newline. Readers
 //     ignore any line that is not complete and well-formed, and the next
-//     Append first terminates such a torn tail, so it never corrupts the
-//     following wake.
+//     Append first terminates such a torn tail with tornEnd, which keeps it
+//     malformed, so it never corrupts the following wake nor becomes one.
 //   - The queue is a private file: one regular file, not a link, one hard
 //     link, owned by the user, mode exactly 0600. Writers open it relative to
 //     a pinned state directory handle (see package procevent), so a swapped
@@ -52,6 +52,9 @@ const FileName = ".wake-queue"
 // MaxField bounds a wake's key and payload, in bytes.
 const MaxField = 1024
 
+// tornEnd terminates a torn tail: five tabs and a newline.
+const tornEnd = "\t\t\t\t\t\n"
+
 // maxLine bounds one line a reader accepts: five fields and four tabs.
 const maxLine = 3*32 + 2*MaxField + 8
 
@@ -84,7 +87,9 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
 	display := filepath.Join(state.Name(), FileName)
-	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	// O_NONBLOCK: opening a FIFO or device planted at the name never blocks;
+	// check refuses anything but a regular file before it is used.
+	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
 	fd, err := unix.Openat(int(state.Fd()), FileName, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err == nil {
 		// New: make the mode exact whatever the umask, and the name durable.
@@ -121,7 +126,11 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 	w := Wake{Time: time.Now().Unix(), Seq: last + 1, Kind: kind, Key: key, Payload: payload}
 	line := w.Line()
 	if torn {
-		line = "\n" + line
+		// Terminate the torn tail so that it can never parse: a tail cut
+		// after its fourth tab would otherwise become a complete wake with a
+		// truncated key or payload and this wake's queue-seq. Five more tabs
+		// give any tail at least six fields, and Parse wants exactly five.
+		line = tornEnd + line
 	}
 	if _, err := f.WriteString(line); err != nil {
 		return Wake{}, errcode.Wrap(errcode.Internal, err, "append to wake queue %q", display)
@@ -149,11 +158,11 @@ func check(f *os.File) (int64, error) {
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return 0, errcode.New(errcode.PathUnsafe, "wake queue %q is not a regular file", f.Name())
+		return 0, errcode.New(errcode.PathUnsafe, "wake queue %q is not a regular file; move it aside", f.Name())
 	case st.Nlink != 1:
-		return 0, errcode.New(errcode.LinkUnsafe, "wake queue %q has %d hard links; it must have exactly one", f.Name(), st.Nlink)
+		return 0, errcode.New(errcode.LinkUnsafe, "wake queue %q has %d hard links; it must have exactly one: remove the other names of it", f.Name(), st.Nlink)
 	case int(st.Uid) != os.Geteuid():
-		return 0, errcode.New(errcode.OwnerMismatch, "wake queue %q is owned by uid %d, not by you (uid %d)", f.Name(), st.Uid, os.Geteuid())
+		return 0, errcode.New(errcode.OwnerMismatch, "wake queue %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", f.Name(), st.Uid, os.Geteuid())
 	case st.Mode&0o7777 != 0o600:
 		return 0, errcode.New(errcode.ModeUnsafe, "wake queue %q has mode %04o; it must be 0600 (chmod 600)", f.Name(), st.Mode&0o7777)
 	}
@@ -219,10 +228,14 @@ func List(stateDir string, after int64) ([]Wake, error) {
 	return ws, err
 }
 
-// open opens the queue for reading; (nil, nil) means it does not exist.
+// open opens the queue for reading; (nil, nil) means it does not exist. The
+// open never blocks and never follows a link (O_NONBLOCK|O_NOFOLLOW): a FIFO
+// or device planted at the queue's name would otherwise block the open until
+// a writer came, which no signal interrupts. check then requires a regular
+// file on the open descriptor before anything is read.
 func open(stateDir string) (*os.File, error) {
 	path := filepath.Join(stateDir, FileName)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	switch {
 	case err == unix.ENOENT:
 		return nil, nil

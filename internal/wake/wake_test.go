@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,5 +137,40 @@ func TestWatch(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("watch returned %v", err)
+	}
+}
+
+// [WAKE-2]: a FIFO planted at the queue's name is refused at once (it is not
+// a regular file) by List, Watch and Append; the open never blocks waiting
+// for a writer, which no signal would interrupt.
+func TestFIFOQueueNeverBlocks(t *testing.T) {
+	dir, state := stateDir(t)
+	fifo := filepath.Join(dir, FileName)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := List(dir, 0); !errcode.Is(err, errcode.PathUnsafe) {
+			t.Errorf("List of a FIFO queue: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := Watch(ctx, dir, 0, func(Wake) error { return nil }); !errcode.Is(err, errcode.PathUnsafe) {
+			t.Errorf("Watch of a FIFO queue: %v", err)
+		}
+		if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.PathUnsafe) {
+			t.Errorf("Append to a FIFO queue: %v", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		// Unblock the stuck open before failing, so the test binary can end.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("reading a FIFO wake queue blocked")
 	}
 }

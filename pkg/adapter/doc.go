@@ -251,6 +251,10 @@
 // Package adaptertest runs a Handler in-process the way the host runs the
 // entrypoint, with valid random request ids, and checks every answer as
 // strictly as the host does; CheckManifest compares the manifest with
-// Identity. The directory examples/go-adapter of the fm repository holds a
-// complete adapter (dir-signal) with its tests.
+// Identity. Its Home runs the built package under a real fm binary in a
+// throwaway home (bind, register-extension, start, classify, handled, the
+// inbox and the wakes), which is where process groups, the minimal
+// environment and the host's timeouts apply; the package's entrypoint can be
+// the test binary itself. The directory examples/go-adapter of the fm
+// repository holds a complete adapter (dir-signal) with both kinds of test.
 package adapter

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"firstmate.dev/fm/internal/protocol"
 )
 
 // Code is one of the five error codes a package may answer with
@@ -33,13 +36,7 @@ const (
 )
 
 // Valid reports whether c is one of the five protocol codes.
-func (c Code) Valid() bool {
-	switch c {
-	case InvalidRequest, Incompatible, Conflict, Unavailable, Internal:
-		return true
-	}
-	return false
-}
+func (c Code) Valid() bool { return slices.Contains(protocol.PackageErrorCodes, string(c)) }
 
 // Error is a handler failure with a protocol code. Return one (directly or
 // wrapped) from a Handler method to choose the code and retryability of the
@@ -136,7 +133,7 @@ func sanitize(msg string) string {
 		switch {
 		case r == '\t' || r == '\n' || r == '\r':
 			b.WriteByte(' ')
-		case isControl(r):
+		case protocol.IsControl(r):
 		default:
 			b.WriteRune(r)
 		}

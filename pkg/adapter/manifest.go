@@ -3,7 +3,8 @@ package adapter
 import (
 	"fmt"
 	"slices"
-	"strings"
+
+	"firstmate.dev/fm/internal/manifest"
 )
 
 // ManifestFile is the manifest's name at the package root, and
@@ -12,9 +13,6 @@ const (
 	ManifestFile   = "firstmate-extension.json"
 	ManifestSchema = "firstmate.extension-manifest.v1"
 )
-
-// consentFacts are the facts a manifest may require (CONTRACT [MAN-5]).
-var consentFacts = []string{"network", "credential-store", "task-metadata", "artifact-references"}
 
 // Manifest is firstmate-extension.json. Every key is required and no other is
 // accepted (CONTRACT [MAN-1]).
@@ -39,87 +37,41 @@ type ManifestCapability struct {
 // bind does (CONTRACT [MAN-1]..[MAN-5]), except that it cannot check that the
 // entrypoint exists in a tree.
 func DecodeManifest(data []byte) (*Manifest, error) {
-	var m Manifest
-	if err := decodeStrict(data, MaxEnvelopeBytes, "manifest", &m); err != nil {
+	m, err := manifest.Parse(data, "manifest")
+	if err != nil {
 		return nil, plain(err)
 	}
-	if err := m.Validate(); err != nil {
-		return nil, err
+	caps := make([]ManifestCapability, len(m.Capabilities))
+	for i, c := range m.Capabilities {
+		caps[i] = ManifestCapability{Name: c.Name, Versions: convertInts[int](c.Versions), AdapterNames: c.AdapterNames}
 	}
-	return &m, nil
+	return &Manifest{
+		Schema:           m.Schema,
+		ID:               m.ID,
+		Version:          m.Version,
+		HostProtocols:    convertInts[int](m.HostProtocols),
+		Entrypoint:       m.Entrypoint,
+		Capabilities:     caps,
+		RequiredConsents: m.RequiredConsents,
+	}, nil
 }
 
 // Validate checks the manifest rules of CONTRACT [MAN-1]..[MAN-5].
 func (m *Manifest) Validate() error {
-	if m.Schema != ManifestSchema {
-		return fmt.Errorf("manifest: schema is not %s", ManifestSchema)
+	caps := make([]manifest.Capability, len(m.Capabilities))
+	for i, c := range m.Capabilities {
+		caps[i] = manifest.Capability{Name: c.Name, Versions: convertInts[int64](c.Versions), AdapterNames: c.AdapterNames}
 	}
-	if !ValidExtensionID(m.ID) {
-		return fmt.Errorf("manifest: id is not ^[a-z0-9]+([.-][a-z0-9]+)*$ of at most 128 bytes")
+	hm := manifest.Manifest{
+		Schema:           m.Schema,
+		ID:               m.ID,
+		Version:          m.Version,
+		HostProtocols:    convertInts[int64](m.HostProtocols),
+		Entrypoint:       m.Entrypoint,
+		Capabilities:     caps,
+		RequiredConsents: m.RequiredConsents,
 	}
-	if !ValidVersion(m.Version) {
-		return fmt.Errorf("manifest: version is not a semantic version of at most 128 bytes")
-	}
-	if err := manifestInts("host_protocols", m.HostProtocols); err != nil {
-		return err
-	}
-	if err := checkEntrypoint(m.Entrypoint); err != nil {
-		return err
-	}
-	if len(m.Capabilities) != 1 {
-		return fmt.Errorf("manifest: capabilities must hold exactly one element")
-	}
-	c := m.Capabilities[0]
-	if c.Name != CapabilityName {
-		return fmt.Errorf("manifest: capability name is not %s", CapabilityName)
-	}
-	if err := manifestInts("capabilities/0/versions", c.Versions); err != nil {
-		return err
-	}
-	if len(c.AdapterNames) == 0 {
-		return fmt.Errorf("manifest: adapter_names is empty")
-	}
-	seen := map[string]bool{}
-	for _, n := range c.AdapterNames {
-		if !ValidAdapterName(n) || seen[n] {
-			return fmt.Errorf("manifest: adapter name %q is invalid or repeated", clip(n, 40))
-		}
-		seen[n] = true
-	}
-	seen = map[string]bool{}
-	for _, f := range m.RequiredConsents {
-		if !slices.Contains(consentFacts, f) || seen[f] {
-			return fmt.Errorf("manifest: consent %q is unknown or repeated", clip(f, 40))
-		}
-		seen[f] = true
-	}
-	return nil
-}
-
-func manifestInts(field string, vs []int) error {
-	if len(vs) == 0 {
-		return fmt.Errorf("manifest: %s is empty", field)
-	}
-	seen := map[int]bool{}
-	for _, v := range vs {
-		if v < 1 || v > 1<<31-1 || seen[v] {
-			return fmt.Errorf("manifest: %s holds %d, out of 1..2147483647 or repeated", field, v)
-		}
-		seen[v] = true
-	}
-	return nil
-}
-
-func checkEntrypoint(p string) error {
-	if len(p) < 1 || len(p) > 256 || strings.HasPrefix(p, "/") || strings.Contains(p, `\`) || hasControl(p) {
-		return fmt.Errorf("manifest: entrypoint must be a relative path of 1..256 bytes without backslash or control characters")
-	}
-	for _, c := range strings.Split(p, "/") {
-		if c == "" || c == "." || c == ".." {
-			return fmt.Errorf("manifest: entrypoint has an empty, '.' or '..' component")
-		}
-	}
-	return nil
+	return plain(hm.Validate("manifest"))
 }
 
 // CheckIdentity reports whether m declares exactly id (same extension id,
@@ -139,4 +91,17 @@ func (m *Manifest) CheckIdentity(id Identity) error {
 		return fmt.Errorf("manifest: host protocol %d and %s version %d must be offered", HostProtocol, CapabilityName, CapabilityVersion)
 	}
 	return nil
+}
+
+// convertInts converts between the SDK's version lists ([]int) and the
+// host's ([]int64); the values are 1..2^31-1 wherever it is used.
+func convertInts[To, From int | int64](xs []From) []To {
+	if xs == nil {
+		return nil
+	}
+	out := make([]To, len(xs))
+	for i, x := range xs {
+		out[i] = To(x)
+	}
+	return out
 }

@@ -1,11 +1,13 @@
 package adapter
 
 import (
-	"regexp"
 	"slices"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"firstmate.dev/fm/internal/manifest"
+	"firstmate.dev/fm/internal/protocol"
 )
 
 // Schema strings of the envelopes (CONTRACT [PROTO-1]..[PROTO-4]).
@@ -189,62 +191,36 @@ func NoResult() PollResult {
 	return PollResult{Status: StatusNoResult, Output: ""}
 }
 
-var (
-	requestIDRe      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	extensionIDRe    = regexp.MustCompile(`^[a-z0-9]+([.-][a-z0-9]+)*$`)
-	adapterNameRe    = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-	sourceIDRe       = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
-	classificationRe = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
-	semverRe         = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)` +
-		`(-(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(\.(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?` +
-		`(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
-)
+// The format rules below are the host's own (internal/protocol and
+// internal/manifest), so that the SDK accepts exactly what the host sends and
+// refuses exactly what the host would refuse.
 
 // ValidRequestID reports whether s is sha256:<64 lowercase hex>.
-func ValidRequestID(s string) bool { return requestIDRe.MatchString(s) }
+func ValidRequestID(s string) bool { return protocol.ValidRequestID(s) }
 
 // ValidExtensionID reports whether s is a valid manifest id (at most 128
 // bytes, ^[a-z0-9]+([.-][a-z0-9]+)*$).
-func ValidExtensionID(s string) bool {
-	return len(s) <= MaxExtensionIDBytes && extensionIDRe.MatchString(s)
-}
+func ValidExtensionID(s string) bool { return manifest.CheckID(s) == nil }
 
 // ValidVersion reports whether s is a SemVer 2.0 version of at most 128 bytes
 // (no "v" prefix, no leading zeros).
-func ValidVersion(s string) bool { return len(s) <= MaxVersionBytes && semverRe.MatchString(s) }
+func ValidVersion(s string) bool { return manifest.CheckVersion(s) == nil }
 
 // ValidAdapterName reports whether s is a valid adapter name (at most 32
 // bytes, ^[a-z0-9]+(-[a-z0-9]+)*$).
-func ValidAdapterName(s string) bool {
-	return len(s) <= MaxAdapterNameBytes && adapterNameRe.MatchString(s)
-}
+func ValidAdapterName(s string) bool { return manifest.CheckAdapter(s) == nil }
 
 // ValidSourceID reports whether s is [A-Za-z0-9._-]{1,64} not starting with '.'.
-func ValidSourceID(s string) bool { return sourceIDRe.MatchString(s) }
+func ValidSourceID(s string) bool { return protocol.ValidSourceID(s) }
 
 // ValidConfigRef reports whether s is one line of 1..512 bytes of UTF-8 with
 // no control character (U+0000..U+001F, U+007F..U+009F).
-func ValidConfigRef(s string) bool {
-	return len(s) >= 1 && len(s) <= MaxConfigRefBytes && utf8.ValidString(s) && !hasControl(s)
-}
+func ValidConfigRef(s string) bool { return protocol.ValidConfigRef(s) }
 
 // ValidClassification reports whether s is a classification token: 1..64
 // bytes matching ^[a-z0-9]+([._-][a-z0-9]+)*$ (lower-case ASCII letters and
 // digits in runs separated by single '.', '_' or '-').
-func ValidClassification(s string) bool {
-	return len(s) <= MaxClassificationBytes && classificationRe.MatchString(s)
-}
-
-func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
-
-func hasControl(s string) bool {
-	for _, r := range s {
-		if isControl(r) {
-			return true
-		}
-	}
-	return false
-}
+func ValidClassification(s string) bool { return protocol.ValidClassification(s) }
 
 // Validate checks the request's field formats beyond its JSON shape: schema,
 // request id, digest, host protocol, capability, and that operation is one of
@@ -263,8 +239,8 @@ func (r *HandshakeRequest) Validate() error {
 	case !ValidRequestID(r.PackageDigest):
 		return errf(InvalidRequest, "handshake request: package_digest is not sha256:<64 lowercase hex>")
 	}
-	if err := checkVersions("host_protocols", r.HostProtocols); err != nil {
-		return err
+	if err := manifest.CheckVersionList(convertInts[int64](r.HostProtocols), "host_protocols"); err != nil {
+		return errf(InvalidRequest, "handshake request: %v", err)
 	}
 	if !slices.Contains(r.HostProtocols, HostProtocol) {
 		return errf(Incompatible, "handshake request: host protocol %d is not offered", HostProtocol)
@@ -272,42 +248,14 @@ func (r *HandshakeRequest) Validate() error {
 	if r.Capability.Name != CapabilityName {
 		return errf(Incompatible, "handshake request: capability is not %s", CapabilityName)
 	}
-	if err := checkVersions("capability/versions", r.Capability.Versions); err != nil {
-		return err
+	if err := manifest.CheckVersionList(convertInts[int64](r.Capability.Versions), "capability/versions"); err != nil {
+		return errf(InvalidRequest, "handshake request: %v", err)
 	}
 	if !slices.Contains(r.Capability.Versions, CapabilityVersion) {
 		return errf(Incompatible, "handshake request: %s version %d is not offered", CapabilityName, CapabilityVersion)
 	}
-	names := r.Capability.AdapterNames
-	if len(names) == 0 {
-		return errf(InvalidRequest, "handshake request: capability/adapter_names is empty")
-	}
-	seen := map[string]bool{}
-	for _, n := range names {
-		if !ValidAdapterName(n) {
-			return errf(InvalidRequest, "handshake request: adapter name %q is not valid", clip(n, 40))
-		}
-		if seen[n] {
-			return errf(InvalidRequest, "handshake request: adapter name %q is listed twice", n)
-		}
-		seen[n] = true
-	}
-	return nil
-}
-
-func checkVersions(field string, vs []int) error {
-	if len(vs) == 0 {
-		return errf(InvalidRequest, "handshake request: %s is empty", field)
-	}
-	seen := map[int]bool{}
-	for _, v := range vs {
-		if v < 1 || v > 1<<31-1 {
-			return errf(InvalidRequest, "handshake request: %s holds %d, outside 1..2147483647", field, v)
-		}
-		if seen[v] {
-			return errf(InvalidRequest, "handshake request: %s lists %d twice", field, v)
-		}
-		seen[v] = true
+	if err := manifest.CheckAdapterNames(r.Capability.AdapterNames); err != nil {
+		return errf(InvalidRequest, "handshake request: capability/%v", err)
 	}
 	return nil
 }
@@ -338,9 +286,7 @@ func (r *Request) Validate() error {
 	case !ValidAdapterName(r.Adapter):
 		return errf(InvalidRequest, "request: adapter is not a valid adapter name")
 	}
-	switch r.Operation {
-	case OpPoll, OpClassify, OpTerminal, OpSilent:
-	default:
+	if !slices.Contains(protocol.Operations, r.Operation) {
 		return errf(Incompatible, "request: operation %q is not part of %s/%d", clip(r.Operation, 40), CapabilityName, CapabilityVersion)
 	}
 	return nil
@@ -434,7 +380,7 @@ func (e *ErrorBody) Validate() error {
 	if !e.Code.Valid() {
 		return errf(Internal, "error: code %q is not one of the five protocol codes", clip(string(e.Code), 40))
 	}
-	if len(e.Diagnostic) < 1 || len(e.Diagnostic) > MaxDiagnosticBytes || !utf8.ValidString(e.Diagnostic) || hasControl(e.Diagnostic) {
+	if !protocol.ValidDiagnostic(e.Diagnostic) {
 		return errf(Internal, "error: diagnostic is not 1..%d bytes of utf-8 without control characters", MaxDiagnosticBytes)
 	}
 	return nil
@@ -453,15 +399,9 @@ func (r *HandshakeResponse) Validate() error {
 		return errf(Internal, "handshake response: protocol or capability is not %d / %s/%d", HostProtocol, CapabilityName, CapabilityVersion)
 	case !ValidExtensionID(r.ExtensionID) || !ValidVersion(r.ExtensionVersion):
 		return errf(Internal, "handshake response: extension identity is not valid")
-	case len(r.AdapterNames) == 0:
-		return errf(Internal, "handshake response: adapter_names is empty")
 	}
-	seen := map[string]bool{}
-	for _, n := range r.AdapterNames {
-		if !ValidAdapterName(n) || seen[n] {
-			return errf(Internal, "handshake response: adapter_names holds an invalid or repeated name")
-		}
-		seen[n] = true
+	if err := manifest.CheckAdapterNames(r.AdapterNames); err != nil {
+		return errf(Internal, "handshake response: %v", err)
 	}
 	return nil
 }

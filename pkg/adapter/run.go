@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"firstmate.dev/fm/internal/manifest"
 )
 
 // Handler is what an adapter author implements: the package's identity and
@@ -53,24 +55,14 @@ type Identity struct {
 // Validate checks the identity's formats: a valid id and SemVer version, and
 // a non-empty, duplicate-free list of valid adapter names.
 func (id Identity) Validate() error {
-	if !ValidExtensionID(id.ExtensionID) {
-		return fmt.Errorf("identity: extension id %q is not ^[a-z0-9]+([.-][a-z0-9]+)*$ of at most 128 bytes", clip(id.ExtensionID, 40))
+	if err := manifest.CheckID(id.ExtensionID); err != nil {
+		return fmt.Errorf("identity: extension %v", err)
 	}
-	if !ValidVersion(id.ExtensionVersion) {
-		return fmt.Errorf("identity: version %q is not a semantic version", clip(id.ExtensionVersion, 40))
+	if err := manifest.CheckVersion(id.ExtensionVersion); err != nil {
+		return fmt.Errorf("identity: extension %v", err)
 	}
-	if len(id.AdapterNames) == 0 {
-		return fmt.Errorf("identity: no adapter names")
-	}
-	seen := map[string]bool{}
-	for _, n := range id.AdapterNames {
-		if !ValidAdapterName(n) {
-			return fmt.Errorf("identity: adapter name %q is not ^[a-z0-9]+(-[a-z0-9]+)*$ of at most 32 bytes", clip(n, 40))
-		}
-		if seen[n] {
-			return fmt.Errorf("identity: adapter name %q is listed twice", n)
-		}
-		seen[n] = true
+	if err := manifest.CheckAdapterNames(id.AdapterNames); err != nil {
+		return fmt.Errorf("identity: %v", err)
 	}
 	return nil
 }

@@ -11,7 +11,8 @@
 #   gate (write $state/started.<source-id>, wait for $state/release, result),
 #   slow (record start and end times in $state/times, sleep 2, result).
 # classify: the token in mode-classify (default fake-class).
-# terminal, silent: true or false (default false), or crash.
+# terminal, silent: true or false (default false), crash, or slow-true (sleep
+#   4 s, then true).
 state=$FIRSTMATE_EXTENSION_STATE
 req=$(cat)
 field() { printf '%s' "$req" | sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p"; }
@@ -59,6 +60,7 @@ poll:slow)
 classify:) ok '{"classification":"fake-class"}' ;;
 classify:*) ok "{\"classification\":\"$mode\"}" ;;
 terminal:crash | silent:crash) exit 7 ;;
+terminal:slow-true | silent:slow-true) sleep 4; ok '{"value":true}' ;;
 terminal: | silent:) ok '{"value":false}' ;;
 terminal:* | silent:*) ok "{\"value\":$mode}" ;;
 esac

@@ -23,7 +23,44 @@
 //
 // The harness does not start a process: it cannot observe process groups,
 // leaked children, the minimal environment or the host's timeouts. Run the
-// built entrypoint under a real fm for that.
+// built entrypoint under a real fm for that, with Home.
+//
+// # Against a real fm
+//
+// NewHome gives a test a throwaway Firstmate home and runs a real fm binary
+// in it (os/exec only: it needs no fm package but this SDK). It lays out a
+// package with the modes fm accepts, binds it, registers sources and runs
+// them with the fm commands an operator types, and reads their output
+// strictly. The package's entrypoint can be the test binary itself, so the
+// test builds nothing but needs an fm: pass its path, or set FM_BIN, or put
+// fm in PATH (otherwise the test is skipped).
+//
+//	func TestMain(m *testing.M) {
+//		if filepath.Base(os.Args[0]) == "firstmate-extension" {
+//			adapter.Serve(myadapter.New()) // run by fm as the entrypoint
+//			return
+//		}
+//		os.Exit(m.Run())
+//	}
+//
+//	func TestUnderFM(t *testing.T) {
+//		h := adaptertest.NewHome(t, "") // $FM_BIN or fm in $PATH
+//		exe, _ := os.Executable()
+//		pkg := h.EntrypointPackage("firstmate-extension.json", exe)
+//		h.Bind(pkg, []string{"my-adapter"}, []string{"artifact-references"})
+//		h.Register("my-adapter", "s1", "main")
+//		r := h.Start("s1") // one attached poll
+//		if r.Status != adaptertest.Captured { t.Fatalf("%+v", r) }
+//		data, _ := os.ReadFile(r.Path)           // exactly what Poll returned
+//		class := h.Classify(r.Path)              // result.classify, by the captured owner
+//		wakes := h.Wakes()                       // the check wake announcing it
+//		h.Handled("s1", h.Inbox()[0].Sequence)
+//		_, _, _ = data, class, wakes
+//	}
+//
+// Each helper fails the test with fm's error line when fm refuses; Run and
+// Refused hand the exit status to the test instead. See NewHome for what the
+// home contains (in particular: no built-in adapters) and how it is removed.
 package adaptertest
 
 import (

@@ -1,0 +1,481 @@
+// Command fmbench times whole fm processes against their physical floor, for
+// bench/run.sh. Each experiment runs its fm command and its floor
+// alternately (A B, B A, A B, ...) many times in one run, so drift in the
+// machine's load hits both sides alike, and reports medians.
+//
+//	fmbench -fm bin/fm -adapter floor -n 400 invoke
+//	fmbench -fm bin/fm -adapter floor -n 400 barrier
+//	fmbench -fm bin/fm -n 400 list
+//	fmbench -fm bin/fm -adapter floor -sources 200 -seconds 10 serve-captures
+//	fmbench -fm bin/fm -adapter floor -sources 200 -seconds 10 serve-idle
+//	fmbench -fm old/fm -fm2 bin/fm -adapter floor -n 400 compare
+//
+// The home is FM_HOME (or the usual resolution), holding one binding that
+// enables the adapter, whose entrypoint is the trivial compiled entrypoint
+// (internal/host/testdata/floor.c). The floor of one `fm extension
+// process-event <adapter> source.poll` is two bare execs of that entrypoint,
+// `handshake` then `invoke`, fed byte for byte the kind of request documents
+// fm sends (built here with fm's own encoder), from the harness, with the
+// entrypoint's working directory and environment.
+//
+// Processes are started with os.StartProcess and their streams are files
+// (/dev/null or a request file), so no copying goroutine is timed. Times are
+// wall-clock from just before the start to just after the wait.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+var (
+	fmPath  = flag.String("fm", "bin/fm", "the fm binary")
+	fmPath2 = flag.String("fm2", "", "compare: the second fm binary")
+	adapter = flag.String("adapter", "floor", "the adapter the bound floor entrypoint enables")
+	rounds  = flag.Int("n", 300, "rounds (each runs both sides once)")
+	warm    = flag.Int("warm", 10, "untimed warm-up rounds")
+	sources = flag.Int("sources", 200, "serve: registered sources")
+	seconds = flag.Float64("seconds", 10, "serve: measured seconds")
+)
+
+func main() {
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle")
+		os.Exit(2)
+	}
+	fm, err := filepath.Abs(*fmPath)
+	check(err)
+	switch flag.Arg(0) {
+	case "invoke":
+		invoke(fm)
+	case "barrier":
+		barrier(fm)
+	case "list":
+		list(fm)
+	case "compare":
+		fm2, err := filepath.Abs(*fmPath2)
+		check(err)
+		compare(fm, fm2)
+	case "serve-captures":
+		serveCaptures(fm)
+	case "serve-idle":
+		serveIdle(fm)
+	default:
+		fmt.Fprintln(os.Stderr, "fmbench: unknown experiment", flag.Arg(0))
+		os.Exit(2)
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fmbench:", err)
+		os.Exit(1)
+	}
+}
+
+// proc is one process to time: argv, environment, working directory, the
+// file to feed on stdin ("" for /dev/null), extra descriptors from 3 on
+// (made fresh for every run by extra), and the exit status it must end with.
+type proc struct {
+	argv  []string
+	env   []string
+	dir   string
+	stdin string
+	extra func() []*os.File
+	want  int
+}
+
+// run starts p, waits for it and returns the wall time.
+func (p proc) run() time.Duration {
+	in := os.DevNull
+	if p.stdin != "" {
+		in = p.stdin
+	}
+	stdin, err := os.Open(in)
+	check(err)
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	check(err)
+	files := []*os.File{stdin, null, null}
+	if p.extra != nil {
+		files = append(files, p.extra()...)
+	}
+	start := time.Now()
+	pr, err := os.StartProcess(p.argv[0], p.argv, &os.ProcAttr{Dir: p.dir, Env: p.env, Files: files})
+	check(err)
+	st, err := pr.Wait()
+	d := time.Since(start)
+	check(err)
+	for _, f := range files {
+		f.Close()
+	}
+	if st.ExitCode() != p.want {
+		check(fmt.Errorf("%s exited %d, want %d", strings.Join(p.argv, " "), st.ExitCode(), p.want))
+	}
+	return d
+}
+
+// seq runs ps one after the other and returns the total wall time.
+func seq(ps ...proc) time.Duration {
+	var d time.Duration
+	for _, p := range ps {
+		d += p.run()
+	}
+	return d
+}
+
+// stats summarises one side of an experiment.
+type stats struct{ med, p10, p90 time.Duration }
+
+func summarise(ds []time.Duration) stats {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1)+0.5)] }
+	return stats{at(0.5), at(0.1), at(0.9)}
+}
+
+func (s stats) String() string {
+	return fmt.Sprintf("median %s (p10 %s, p90 %s)", ms(s.med), ms(s.p10), ms(s.p90))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
+
+// alternate times a and b alternately and returns both samples and the
+// per-round ratios a/b.
+func alternate(a, b func() time.Duration) (as, bs []time.Duration, ratios []float64) {
+	for range *warm {
+		a()
+		b()
+	}
+	for i := range *rounds {
+		var da, db time.Duration
+		if i%2 == 0 {
+			da = a()
+			db = b()
+		} else {
+			db = b()
+			da = a()
+		}
+		as, bs = append(as, da), append(bs, db)
+		ratios = append(ratios, float64(da)/float64(db))
+	}
+	return as, bs, ratios
+}
+
+func median(fs []float64) float64 {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// floor is the bound floor entrypoint and the two request documents fm
+// would send it.
+type floor struct {
+	entry, dir        string
+	env               []string
+	handshake, invoke string // request files
+}
+
+func setup() floor {
+	h, err := home.Resolve()
+	check(err)
+	b, err := host.Resolve(h, *adapter)
+	check(err)
+	env, err := host.Environment(h, &b.Record)
+	check(err)
+	tmp, err := os.MkdirTemp("", "fmbench-")
+	check(err)
+	c := b.Capabilities[0]
+	hs := protocol.HandshakeRequest{
+		Schema:           protocol.HandshakeRequestSchema,
+		RequestID:        protocol.NewRequestID(),
+		HostProtocols:    protocol.HostProtocols,
+		ExtensionID:      b.ExtensionID,
+		ExtensionVersion: b.ExtensionVersion,
+		PackageDigest:    b.PackageDigest,
+		Capability:       protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
+	}
+	inv := protocol.Request{
+		Schema:            protocol.RequestSchema,
+		RequestID:         protocol.NewRequestID(),
+		HostProtocol:      b.HostProtocol,
+		ExtensionID:       b.ExtensionID,
+		ExtensionVersion:  b.ExtensionVersion,
+		PackageDigest:     b.PackageDigest,
+		Capability:        protocol.Capability,
+		CapabilityVersion: c.Version,
+		Adapter:           *adapter,
+		Operation:         protocol.OpPoll,
+		Input:             protocol.PollInput{SourceID: "bench", ConfigRef: "bench"},
+	}
+	f := floor{
+		entry: filepath.Join(b.PackageRoot, filepath.FromSlash(b.Entrypoint)),
+		dir:   b.PackageRoot, env: env,
+		handshake: filepath.Join(tmp, "handshake.json"),
+		invoke:    filepath.Join(tmp, "invoke.json"),
+	}
+	for path, v := range map[string]any{f.handshake: hs, f.invoke: inv} {
+		data, err := strictjson.Canonical(v)
+		check(err)
+		check(os.WriteFile(path, data, 0o600))
+	}
+	return f
+}
+
+func (f floor) bare(verb string) proc {
+	in := f.invoke
+	if verb == "handshake" {
+		in = f.handshake
+	}
+	return proc{argv: []string{f.entry, verb}, env: f.env, dir: f.dir, stdin: in}
+}
+
+func report(name string, as, bs []time.Duration, ratios []float64, aName, bName string) float64 {
+	sa, sb := summarise(as), summarise(bs)
+	fmt.Printf("%s: %s: %s\n", name, aName, sa)
+	fmt.Printf("%s: %s: %s\n", name, bName, sb)
+	r := float64(sa.med) / float64(sb.med)
+	fmt.Printf("%s: ratio of medians %.2f, median of per-round ratios %.2f, %d rounds\n", name, r, median(ratios), len(as))
+	return r
+}
+
+// invoke: one real `fm extension process-event <adapter> source.poll` (exit
+// 75, no result) against two bare execs of its entrypoint.
+func invoke(fm string) {
+	f := setup()
+	call := proc{
+		argv: []string{fm, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench"},
+		env:  os.Environ(), want: 75,
+	}
+	hs, inv := f.bare("handshake"), f.bare("invoke")
+	as, bs, ratios := alternate(call.run, func() time.Duration { return seq(hs, inv) })
+	r := report("invoke", as, bs, ratios, "fm process-event", "two bare execs")
+	fmt.Printf("invoke-vs-bare-exec: %.2f\n", r)
+}
+
+// compare: one process-event call by fm against one by fm2, alternately (for
+// before/after figures of a change).
+func compare(fm, fm2 string) {
+	call := func(bin string) proc {
+		return proc{
+			argv: []string{bin, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench"},
+			env:  os.Environ(), want: 75,
+		}
+	}
+	as, bs, ratios := alternate(call(fm).run, call(fm2).run)
+	report("compare", as, bs, ratios, fm, fm2)
+}
+
+// barrier: the launch barrier (bin/fm re-executed in its hidden mode, released
+// at once, then execve of the entrypoint) against a bare exec of the
+// entrypoint; and fm's bare start-up (the barrier mode with no entrypoint:
+// runtime and package initialisation, then exit 125).
+func barrier(fm string) {
+	f := setup()
+	released := func() []*os.File {
+		r, w, err := os.Pipe()
+		check(err)
+		_, err = w.Write([]byte{'G'})
+		check(err)
+		w.Close()
+		return []*os.File{r}
+	}
+	viaBarrier := proc{argv: []string{fm, launch.BarrierArg, f.entry, "invoke"}, env: f.env, dir: f.dir, stdin: f.invoke, extra: released}
+	as, bs, ratios := alternate(viaBarrier.run, f.bare("invoke").run)
+	report("barrier", as, bs, ratios, "fm barrier + entrypoint", "bare entrypoint")
+	fmt.Printf("barrier-overhead: %s\n", ms(summarise(as).med-summarise(bs).med))
+	startup := proc{argv: []string{fm, launch.BarrierArg}, env: f.env, dir: f.dir, want: 125}
+	as, bs, ratios = alternate(startup.run, f.bare("invoke").run)
+	report("fm-startup", as, bs, ratios, "fm start-up and exit", "bare entrypoint")
+}
+
+// list: `fm extension list` from a fresh process (the page cache warm).
+func list(fm string) {
+	h, err := home.Resolve()
+	check(err)
+	bs, err := binding.Load(h)
+	check(err)
+	call := proc{argv: []string{fm, "extension", "list"}, env: os.Environ()}
+	version := proc{argv: []string{fm, "version"}, env: os.Environ()}
+	as, vs, ratios := alternate(call.run, version.run)
+	report("list", as, vs, ratios, fmt.Sprintf("fm extension list (%d binding(s))", len(bs)), "fm version")
+	fmt.Printf("list-cold-start-ms: %.3f\n", float64(summarise(as).med)/1e6)
+}
+
+// register makes sure sources src000.. are registered for the adapter.
+func register(fm string) {
+	for i := range *sources {
+		id := fmt.Sprintf("src%03d", i)
+		cmd := exec.Command(fm, "procevent", "register-extension", *adapter, id, "--config-ref", "bench")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			check(fmt.Errorf("register %s: %v: %s", id, err, out))
+		}
+	}
+}
+
+// serveProc is a running `fm procevent serve` whose stdout lines are counted.
+type serveProc struct {
+	cmd      *exec.Cmd
+	captures atomic.Int64
+	done     chan struct{}
+}
+
+func startServe(fm string, args ...string) *serveProc {
+	sp := &serveProc{cmd: exec.Command(fm, append([]string{"procevent", "serve"}, args...)...), done: make(chan struct{})}
+	out, err := sp.cmd.StdoutPipe()
+	check(err)
+	sp.cmd.Stderr = os.Stderr
+	check(sp.cmd.Start())
+	go func() {
+		defer close(sp.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "captured: ") {
+				sp.captures.Add(1)
+			}
+		}
+	}()
+	return sp
+}
+
+// stop sends TERM and waits for serve to exit; it returns how long that took.
+func (sp *serveProc) stop() time.Duration {
+	start := time.Now()
+	check(sp.cmd.Process.Signal(syscall.SIGTERM))
+	<-sp.done
+	err := sp.cmd.Wait()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fmbench: serve:", err)
+	}
+	return time.Since(start)
+}
+
+// cpuTicks returns utime+stime of pid, and cutime+cstime (its reaped
+// children: barriers and entrypoints), in clock ticks.
+func cpuTicks(pid int) (self, children int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	check(err)
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	n := func(i int) int64 { v, err := strconv.ParseInt(f[i-3], 10, 64); check(err); return v }
+	return n(14) + n(15), n(16) + n(17)
+}
+
+// status returns VmRSS in KiB and the thread count of pid.
+func status(pid int) (rssKiB, threads int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
+		switch k {
+		case "VmRSS":
+			rssKiB, _ = strconv.ParseInt(v, 10, 64)
+		case "Threads":
+			threads, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return rssKiB, threads
+}
+
+// descendantsRSS sums VmRSS over the children of pid and their children.
+func descendantsRSS(pid int) (kib int64, n int) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			c, _ := strconv.Atoi(f)
+			r, _ := status(c)
+			kib, n = kib+r, n+1
+			k2, n2 := descendantsRSS(c)
+			kib, n = kib+k2, n+n2
+		}
+	}
+	return kib, n
+}
+
+const ticksPerSecond = 100 // USER_HZ on Linux
+
+// serveCaptures: serve with -sources registered sources of an adapter that
+// answers a result at once; captures per second over -seconds, after a
+// warm-up, and serve's CPU.
+func serveCaptures(fm string) {
+	register(fm)
+	sp := startServe(fm, "--min-gap", "1ms", "--rescan", "1s")
+	time.Sleep(3 * time.Second)
+	pid := sp.cmd.Process.Pid
+	c0, t0 := sp.captures.Load(), time.Now()
+	s0, ch0 := cpuTicks(pid)
+	time.Sleep(time.Duration(*seconds * float64(time.Second)))
+	c1, t1 := sp.captures.Load(), time.Now()
+	s1, ch1 := cpuTicks(pid)
+	rss, threads := status(pid)
+	d := t1.Sub(t0).Seconds()
+	stopped := sp.stop()
+	fmt.Printf("serve-captures: %d sources, %d captures in %.1f s\n", *sources, c1-c0, d)
+	fmt.Printf("serve-captures-per-second: %.1f\n", float64(c1-c0)/d)
+	fmt.Printf("serve-captures: serve CPU %.0f%% of one core, its barriers and entrypoints %.0f%%; RSS %d KiB, %d threads; stopped in %s\n",
+		100*float64(s1-s0)/ticksPerSecond/d, 100*float64(ch1-ch0)/ticksPerSecond/d, rss, threads, ms(stopped))
+}
+
+// serveIdle: serve with -sources registered sources of an adapter that
+// long-polls (never answers): once every source's poll is in flight, serve's
+// RSS, threads and CPU over -seconds, and the RSS of the entrypoints.
+func serveIdle(fm string) {
+	register(fm)
+	h, err := home.Resolve()
+	check(err)
+	sp := startServe(fm)
+	pid := sp.cmd.Process.Pid
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		recs, err := launch.List(h.Invocations())
+		check(err)
+		inFlight := 0
+		for _, r := range recs {
+			if r.Phase == launch.PhaseGroup && r.Operation == protocol.OpPoll {
+				inFlight++
+			}
+		}
+		if inFlight >= *sources {
+			break
+		}
+		if time.Now().After(deadline) {
+			check(fmt.Errorf("only %d of %d polls in flight after 2 minutes", inFlight, *sources))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // settle
+	s0, ch0 := cpuTicks(pid)
+	t0 := time.Now()
+	time.Sleep(time.Duration(*seconds * float64(time.Second)))
+	s1, ch1 := cpuTicks(pid)
+	d := time.Since(t0).Seconds()
+	rss, threads := status(pid)
+	kids, n := descendantsRSS(pid)
+	stopped := sp.stop()
+	fmt.Printf("serve-idle: %d sources, every poll in flight (long-poll), measured %.1f s\n", *sources, d)
+	fmt.Printf("serve-idle-rss-kib: %d\n", rss)
+	fmt.Printf("serve-idle-cpu-percent: %.2f\n", 100*float64(s1-s0)/ticksPerSecond/d)
+	fmt.Printf("serve-idle: %d threads; reaped children's CPU %.2f%%; %d entrypoint processes, %d KiB RSS in all; stopped (TERM, every group proved gone) in %s\n",
+		threads, 100*float64(ch1-ch0)/ticksPerSecond/d, n, kids, ms(stopped))
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# bench/run.sh: measure fm against its physical floor, everything in one run,
+# and print every figure (docs/performance.md explains each one).
+#
+#   bash bench/run.sh            # or: make bench
+#
+# Environment knobs: ROUNDS (alternating rounds per CLI comparison, 300),
+# SOURCES (serve sources, 200), SECONDS_MEASURED (serve window, 10),
+# BENCHTIME (go test -benchtime for the launch/host pieces, 300x).
+#
+# Needs Go and, for everything about invocations, gcc (the trivial compiled
+# entrypoint, internal/host/testdata/floor.c); without gcc those sections are
+# skipped with a note. Every comparison runs fm and its floor alternately in
+# the same process, so load on the machine hits both sides; medians are
+# reported. The two summary lines are time ratios, fm over floor:
+#   digest-vs-sha256sum: <ratio>     (below 1: fm's tree digest is faster)
+#   invoke-vs-bare-exec: <ratio>
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+ROUNDS=${ROUNDS:-300}
+SOURCES=${SOURCES:-200}
+SECONDS_MEASURED=${SECONDS_MEASURED:-10}
+BENCHTIME=${BENCHTIME:-300x}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm-bench.XXXXXX")
+cleanup() {
+	chmod -R u+w "$tmp" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+unset FM_ROOT_OVERRIDE FM_STATE_OVERRIDE
+
+section() { printf '\n== %s\n' "$*"; }
+# metric <go-bench-line> <unit>: the value printed before unit.
+metric() { awk -v u="$2" '{ for (i = 2; i <= NF; i++) if ($i == u) { print $(i-1); exit } }' <<<"$1"; }
+ms() { awk -v ns="$1" 'BEGIN { printf "%.3f", ns / 1e6 }'; }
+
+section "machine"
+echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "nproc: $(nproc)"
+echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "kernel: $(uname -sr)"
+fs=$(findmnt -n -o SOURCE,FSTYPE,OPTIONS -T "$tmp" 2>/dev/null || df -PT "$tmp" | awk 'NR == 2 { print $1, $2 }')
+journal=""
+case $fs in
+*ext4*) dev=$(basename "$(awk '{ print $1 }' <<<"$fs")")
+	[ -d "/proc/fs/ext4/$dev" ] && { ls /proc/fs/jbd2 2>/dev/null | grep -q "^$dev-" && journal=" (journal)" || journal=" (no journal)"; } ;;
+esac
+echo "temp dir: $tmp on $fs$journal"
+echo "go: $(go version)"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+section "build"
+go build -o bin/fm ./cmd/fm
+go build -o "$tmp/fmbench" ./bench/fmbench
+echo "bin/fm: $(stat -c %s bin/fm) bytes"
+
+section "tree digest: 4,096 files / 64 MiB vs sha256sum over the same files"
+line=$(go test -run '^$' -bench 'Scan/4096x16KiB' -benchtime 20x ./internal/pkgtree/ | grep '^BenchmarkScan')
+echo "$line"
+digest=$(metric "$line" fm/sha256sum-time)
+echo "fm: $(metric "$line" fm-MB/s) MB/s; sha256sum: $(metric "$line" sha256sum-MB/s) MB/s (two sha256sum processes: $(metric "$line" sha256sum-P2-MB/s) MB/s)"
+echo "digest-vs-sha256sum: $digest"
+
+invoke=""
+if ! command -v gcc >/dev/null; then
+	section "invocations: SKIPPED (gcc is not installed; it builds the trivial compiled entrypoint)"
+else
+	# One throwaway home per entrypoint variant, each with the floor package
+	# bound (org.example.floor@1.0.0, adapter "floor").
+	floor_flags=(-Os -s)
+	nolibc=(-Os -static -nostdlib -ffreestanding -fno-stack-protector -fno-pie -no-pie
+		-fno-tree-loop-distribute-patterns -fno-asynchronous-unwind-tables -DFLOOR_NOLIBC
+		-Wl,--build-id=none,-z,noseparate-code -s)
+	if [ "$(uname -m)" = x86_64 ] && gcc "${nolibc[@]}" -o "$tmp/probe" internal/host/testdata/floor.c 2>/dev/null; then
+		floor_flags=("${nolibc[@]}")
+	elif gcc -Os -static -s -o "$tmp/probe" internal/host/testdata/floor.c 2>/dev/null; then
+		floor_flags=(-Os -static -s)
+	fi
+	mkhome() { # mkhome <name> <extra gcc flags...>: prints the home
+		local name=$1
+		shift
+		local d=$tmp/$name
+		mkdir -p "$d/home" "$d/pkg/bin"
+		chmod 700 "$d/home"
+		gcc "${floor_flags[@]}" "$@" -o "$d/pkg/bin/floor" internal/host/testdata/floor.c
+		cat >"$d/pkg/firstmate-extension.json" <<-'EOF'
+			{"schema":"firstmate.extension-manifest.v1","id":"org.example.floor","version":"1.0.0","host_protocols":[1],"entrypoint":"bin/floor","capabilities":[{"name":"process-event-adapter","versions":[1],"adapter_names":["floor"]}],"required_consents":[]}
+		EOF
+		chmod -R go-w "$d/pkg"
+		FM_HOME=$d/home bin/fm extension bind "$d/pkg" --adapter floor --trust-same-user-code --timeout-ms 3600000 >/dev/null
+		echo "$d/home"
+	}
+	home=$(mkhome invoke)
+	echo
+	echo "trivial entrypoint: $(stat -c %s "$tmp/invoke/pkg/bin/floor") bytes (gcc ${floor_flags[*]})"
+
+	section "one fm extension process-event ... source.poll (CLI, process start included) vs two bare execs"
+	out=$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -n "$ROUNDS" invoke)
+	echo "$out"
+	invoke=$(sed -n 's/^invoke-vs-bare-exec: //p' <<<"$out")
+	cli_ms=$(sed -n 's/^invoke: fm process-event: median \([0-9.]*\) ms.*/\1/p' <<<"$out")
+	bare2_ms=$(sed -n 's/^invoke: two bare execs: median \([0-9.]*\) ms.*/\1/p' <<<"$out")
+
+	section "launch barrier (bin/fm re-executed) and fm start-up, vs a bare exec"
+	bout=$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -n "$ROUNDS" barrier)
+	echo "$bout"
+	startup_ms=$(sed -n 's/^fm-startup: fm start-up and exit: median \([0-9.]*\) ms.*/\1/p' <<<"$bout")
+	barrier_ms=$(sed -n 's/^barrier-overhead: \([0-9.]*\) ms/\1/p' <<<"$bout")
+
+	section "fm extension list, cold start (fresh process; target under 10 ms)"
+	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -n "$ROUNDS" list
+
+	section "the pieces (go test -bench, in-process)"
+	hline=$(go test -run '^$' -bench 'Invoke|Revalidate' -benchtime "$BENCHTIME" ./internal/host/ | grep '^Benchmark')
+	echo "$hline"
+	lline=$(go test -run '^$' -bench 'Run$|RecordWrite|Members' -benchtime "$BENCHTIME" ./internal/launch/ | grep '^Benchmark')
+	echo "$lline"
+	inv=$(grep '^BenchmarkInvoke' <<<"$hline")
+	run=$(grep '^BenchmarkRun' <<<"$lline")
+	reval=$(metric "$(grep '^BenchmarkRevalidate' <<<"$hline")" ns/op)
+	span() { ms "$(metric "$run" "$1-ns/op")"; }
+
+	section "where one process-event call goes (medians, ms)"
+	printf '%-62s %8s\n' "whole CLI call (fmbench invoke)" "$cli_ms"
+	printf '%-62s %8s\n' "  floor: two bare execs of the entrypoint" "$bare2_ms"
+	printf '%-62s %8s\n' "in-process host.Invoke (BenchmarkInvoke fm-ns/op)" "$(ms "$(metric "$inv" fm-ns/op)")"
+	printf '%-62s %8s\n' "  so fm start-up, CLI work (home, registry) and exit" "$(awk -v a="$cli_ms" -v b="$(ms "$(metric "$inv" fm-ns/op)")" 'BEGIN { printf "%.3f", a - b }')"
+	printf '%-62s %8s\n' "  of which bare fm start-up and exit (runtime, init)" "$startup_ms"
+	printf '%-62s %8s\n' "revalidation of the installed tree (once per call)" "$(ms "$reval")"
+	echo "per launch (two per call: handshake, invoke; BenchmarkRun, barrier = launch.test):"
+	printf '%-62s %8s\n' "  owner record, phase reserved (write + rename, no fsync)" "$(span record-reserve)"
+	printf '%-62s %8s\n' "  barrier fork + execve" "$(span barrier-start)"
+	printf '%-62s %8s\n' "  leader identity + owner record, phase group (exchange)" "$(span record-group)"
+	printf '%-62s %8s\n' "  release, barrier start-up, execve, entrypoint to output" "$(span barrier-to-output)"
+	printf '%-62s %8s\n' "  entrypoint exit, group proved gone, streams drained" "$(span exit-and-proof)"
+	printf '%-62s %8s\n' "  owner record removed" "$(span record-remove)"
+	printf '%-62s %8s\n' "barrier overhead with bin/fm, per launch (fmbench barrier)" "$barrier_ms"
+	printf '%-62s %8s\n' "entrypoint exec itself, per launch (half the floor)" "$(awk -v a="$bare2_ms" 'BEGIN { printf "%.3f", a / 2 }')"
+	printf '%-62s %8s\n' "group proof by /proc scan when needed (BenchmarkMembers)" "$(ms "$(metric "$(grep '^BenchmarkMembers' <<<"$lline")" ns/op)")"
+	echo "(the invoke launch is prepared while the handshake runs, so the sum exceeds the whole)"
+
+	section "serve with $SOURCES sources: captures per second, adapter answering at once"
+	home=$(mkhome captures -DFLOOR_RESULT)
+	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-captures
+
+	section "serve with $SOURCES sources: idle long-poll"
+	home=$(mkhome idle -DFLOOR_LONGPOLL)
+	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-idle
+fi
+
+section "summary (time ratios, fm over floor)"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "digest-vs-sha256sum: $digest"
+if [ -n "$invoke" ]; then
+	echo "invoke-vs-bare-exec: $invoke"
+else
+	echo "invoke-vs-bare-exec: skipped (no gcc)"
+fi

@@ -1,0 +1,197 @@
+package docs
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/testpkg"
+)
+
+// The tests of protocol.md bind packages through the real host, whose launch
+// barrier re-executes this test binary.
+func TestMain(m *testing.M) {
+	launch.MaybeBarrier()
+	os.Exit(m.Run())
+}
+
+// section returns the text of protocol.md from the heading that starts
+// with prefix to the next heading of the same level.
+func section(t *testing.T, doc, prefix string) string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+prefix)
+	if i < 0 {
+		t.Fatalf("protocol.md has no heading %q", prefix)
+	}
+	rest := doc[i+1:]
+	if j := strings.Index(rest[len(prefix):], "\n## "); j >= 0 {
+		rest = rest[:len(prefix)+j]
+	}
+	return rest
+}
+
+// block returns the first fenced code block of lang in text.
+func block(t *testing.T, text, lang string) string {
+	t.Helper()
+	m := regexp.MustCompile("(?s)```" + lang + "\n(.*?)```").FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no %s block in %.60q", lang, text)
+	}
+	return m[1]
+}
+
+// tableKeys returns the keys named in the first column of the table that
+// follows the line containing marker: every `backticked` word of that column.
+func tableKeys(t *testing.T, text, marker string) []string {
+	t.Helper()
+	i := strings.Index(text, marker)
+	if i < 0 {
+		t.Fatalf("no %q", marker)
+	}
+	var keys []string
+	started := false
+	for _, line := range strings.Split(text[i:], "\n")[1:] {
+		if !strings.HasPrefix(line, "|") {
+			if started {
+				break
+			}
+			continue
+		}
+		started = true
+		cell := strings.Split(line, "|")[1]
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(cell, -1) {
+			keys = append(keys, m[1])
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// jsonKeys returns the JSON names of a struct type's fields.
+func jsonKeys(v any) []string {
+	var keys []string
+	rt := reflect.TypeOf(v)
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		keys = append(keys, name)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// [PROTO-1] [PROTO-2] [PROTO-3] [PROTO-4] The key tables of protocol.md §4
+// and §5 name exactly the keys of the envelopes the host writes and reads.
+func TestProtocolDocEnvelopeKeys(t *testing.T) {
+	data, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	hs, inv := section(t, doc, "## 4. Handshake"), section(t, doc, "## 5. Invoke")
+	for _, c := range []struct {
+		text, marker string
+		envelope     any
+	}{
+		{hs, "The request (`[PROTO-1]`)", protocol.HandshakeRequest{}},
+		{hs, "The response (`[PROTO-2]`)", protocol.HandshakeResponse{}},
+		{inv, "request (`[PROTO-3]`)", protocol.Request{}},
+		{inv, "The response (`[PROTO-4]`)", protocol.Response{}},
+	} {
+		if got, want := tableKeys(t, c.text, c.marker), jsonKeys(c.envelope); !slices.Equal(got, want) {
+			t.Errorf("protocol.md %q lists %v; the host's %T has %v", c.marker, got, c.envelope, want)
+		}
+	}
+}
+
+// [EX-2] [PROTO-2] [INV-2] The POSIX sh adapter of protocol.md §12, with
+// the manifest of §1 as §12 says, binds through the real host (a live
+// handshake) and answers an invoke; and the hand-run handshake request of
+// §14 gets an answer the host accepts.
+func TestProtocolDocExamplesRun(t *testing.T) {
+	data, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testpkg.Unlock(base) })
+
+	var manifest map[string]any
+	if err := json.Unmarshal([]byte(block(t, section(t, doc, "## 1. The package"), "json")), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	manifest["id"], manifest["version"], manifest["required_consents"] = "org.example.tick", "1.0.0", []string{}
+	manifest["capabilities"].([]any)[0].(map[string]any)["adapter_names"] = []string{"tick"}
+	mdata, err := json.Marshal(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(base, "tick")
+	entry := filepath.Join(pkg, "bin", "firstmate-extension")
+	write := func(p string, data []byte, mode os.FileMode) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, mode); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{p, filepath.Dir(p), pkg} {
+			fi, _ := os.Stat(q)
+			os.Chmod(q, fi.Mode().Perm()&^0o022)
+		}
+	}
+	write(filepath.Join(pkg, "firstmate-extension.json"), mdata, 0o644)
+	write(entry, []byte(block(t, section(t, doc, "## 12. "), "sh")), 0o755)
+
+	hd := filepath.Join(base, "home")
+	if err := os.Mkdir(hd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	h := &home.Home{Root: base, Dir: hd, State: filepath.Join(hd, "state")}
+	ctx := context.Background()
+	b, err := host.Bind(ctx, h, host.BindOptions{Dir: pkg, Adapters: []string{"tick"}, Trust: true, TimeoutMS: 30000})
+	if err != nil {
+		t.Fatalf("binding the sh adapter of protocol.md §12: %v", err)
+	}
+	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: "tick", Operation: protocol.OpClassify,
+		Input: protocol.ResultInput{SourceID: "s1", Sequence: 1, Content: "tick 2026-01-01T00:00:00Z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := res.(*protocol.ClassifyResult); !ok || c.Classification != "tick" {
+		t.Fatalf("classify answered %#v", res)
+	}
+
+	m := regexp.MustCompile(`printf '%s' '(\{.*\})' \|`).FindStringSubmatch(section(t, doc, "## 14. "))
+	if m == nil {
+		t.Fatal("protocol.md §14 has no hand-run handshake request")
+	}
+	var req protocol.HandshakeRequest
+	if err := json.Unmarshal([]byte(m[1]), &req); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(entry, "handshake")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "LC_ALL=C"}
+	cmd.Stdin = strings.NewReader(m[1])
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the §14 handshake: %v", err)
+	}
+	if err := protocol.CheckHandshake(out, &req); err != nil {
+		t.Fatalf("the §14 handshake answer %s: %v", out, err)
+	}
+}

@@ -1,0 +1,125 @@
+package procevent
+
+import (
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
+)
+
+// HomeStatus is a read-only snapshot of a home's process-event core, for
+// `fm doctor`: whether a serve supervises the home, which sources are
+// registered and which of them a runner is polling right now, and how many
+// captured results wait to be handled.
+type HomeStatus struct {
+	// Serving reports that an `fm procevent serve` holds the home's serve
+	// lock.
+	Serving bool
+	// Sources are the registrations, in source-id order.
+	Sources []SourceStatus
+	// Results counts the captured results in the inbox; Unhandled those
+	// without a handled marker.
+	Results, Unhandled int
+}
+
+// SourceStatus is one registration as HomeStatus shows it. The owner token is
+// not part of it.
+type SourceStatus struct {
+	SourceID, Adapter, Kind string
+	// Owner is "<extension id>@<version>" or "built-in".
+	Owner string
+	// BindingDigest is the binding an extension registration was resolved
+	// to ("" for a built-in).
+	BindingDigest string
+	// Polling reports that a live runner holds the source's claim.
+	Polling bool
+}
+
+// ReadStatus reads the status of h's process-event core. It creates
+// nothing: an absent state root, registry or inbox reads as empty, and a lock
+// file that was never created is not held.
+//
+// Whether a lock is held is probed by taking it shared without waiting and
+// releasing it at once. Runners and serve take their locks exclusively
+// without waiting, so one that tries in that instant finds the source busy
+// or the home served, exactly as if another runner held it: a poll is
+// skipped for one cycle, a registration or a second serve is refused and can
+// be retried. Nothing else is affected, and no state is written.
+func ReadStatus(h *home.Home) (*HomeStatus, error) {
+	st := &HomeStatus{}
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return st, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	if d.reg != nil {
+		if err := st.readSources(d); err != nil {
+			return nil, err
+		}
+	}
+	// The inbox is read whether or not the registry exists.
+	switch err := d.openInbox(false); err {
+	case errAbsent:
+		return st, nil
+	case nil:
+	default:
+		return nil, err
+	}
+	results, err := d.results()
+	if err != nil {
+		return nil, err
+	}
+	st.Results = len(results)
+	for _, r := range results {
+		if !r.Handled {
+			st.Unhandled++
+		}
+	}
+	return st, nil
+}
+
+// readSources reads serve's lock, the registrations and their claims.
+func (st *HomeStatus) readSources(d *dirs) error {
+	var err error
+	if st.Serving, err = held(d.reg, "serve.lock"); err != nil {
+		return err
+	}
+	regs, err := d.sources()
+	if err != nil {
+		return err
+	}
+	for _, r := range regs {
+		polling, err := held(d.reg, r.SourceID+claimSuffix)
+		if err != nil {
+			return err
+		}
+		st.Sources = append(st.Sources, SourceStatus{r.SourceID, r.Adapter, r.Kind, r.Owner(), r.BindingDigest, polling})
+	}
+	return nil
+}
+
+// held reports whether another open file holds a lock on the existing lock
+// file name in dir; an absent one is not held and is not created.
+func held(dir *os.File, name string) (bool, error) {
+	path := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch err {
+	case nil:
+	case unix.ENOENT:
+		return false, nil
+	case unix.ELOOP:
+		return false, errcode.New(errcode.LinkUnsafe, "lock file %q is a symlink; remove it", path)
+	default:
+		return false, errcode.Wrap(errcode.Internal, err, "open lock file %q", path)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	free, err := tryLock(f, unix.LOCK_SH)
+	return !free, err
+}
