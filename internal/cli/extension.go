@@ -230,7 +230,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			kept, err := host.RetireBindingContext(e.Ctx, h, args[0], retireDigest, bindingPreflight(h))
+			kept, err := host.RetireBinding(e.Ctx, h, args[0], retireDigest, bindingPreflight(h))
 			if err != nil {
 				return err
 			}

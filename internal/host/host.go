@@ -593,17 +593,18 @@ type Preflight func(b *binding.Binding) error
 
 // RetireBinding moves exactly the binding of id whose digest is digest into
 // retired-bindings, after full validation and the dependency preflight,
-// under the lifecycle lock ([LIFE-2]). It returns the retained path.
-// It is RetireBindingContext without a way to stop the wait for the lock.
-func RetireBinding(h *home.Home, id, digest string, preflight Preflight) (string, error) {
-	return RetireBindingContext(context.Background(), h, id, digest, preflight)
-}
-
-// RetireBindingContext is RetireBinding whose wait for the lifecycle lock
-// ends when ctx does ([LIFE-1]).
-func RetireBindingContext(ctx context.Context, h *home.Home, id, digest string, preflight Preflight) (string, error) {
+// under the lifecycle lock ([LIFE-2]), and returns the retained path. Its
+// wait for the lock ends when ctx does ([LIFE-1]). A binding that does not
+// exist is binding-missing before any lock (or lock file) is taken, so a
+// failed retire on a fresh home creates nothing ([HOME-5]).
+func RetireBinding(ctx context.Context, h *home.Home, id, digest string, preflight Preflight) (string, error) {
 	if !binding.CheckDigest(digest) {
 		return "", errcode.New(errcode.Usage, "--if-binding-digest %q must be sha256:<64 lowercase hex>", digest)
+	}
+	if bs, err := binding.Load(h); err != nil {
+		return "", err
+	} else if _, err := binding.Find(bs, id); err != nil {
+		return "", err
 	}
 	lock, err := lifecycle.Acquire(ctx, h)
 	if err != nil {

@@ -127,7 +127,7 @@ func TestRetireBindingPreflight(t *testing.T) {
 	f := newFixture(t)
 	b := f.bind()
 	retire := func() error {
-		_, err := host.RetireBinding(f.h, extID, b.Digest, procevent.Preflight(f.h))
+		_, err := host.RetireBinding(context.Background(), f.h, extID, b.Digest, procevent.Preflight(f.h))
 		return err
 	}
 	tok := f.registerExt("s1")

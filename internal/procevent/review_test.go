@@ -1,6 +1,7 @@
 package procevent_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -207,7 +208,7 @@ func TestInboxWithoutRegistry(t *testing.T) {
 	if err := os.Symlink(moved, f.h.Inbox()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := host.RetireBinding(f.h, extID, b.Digest, procevent.Preflight(f.h)); err == nil {
+	if _, err := host.RetireBinding(context.Background(), f.h, extID, b.Digest, procevent.Preflight(f.h)); err == nil {
 		t.Fatal("retire-binding passed with an unreadable inbox")
 	}
 	if _, err := os.Stat(filepath.Join(f.h.Dir, "config", "extensions.d", extID+".json")); err != nil {

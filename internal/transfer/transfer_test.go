@@ -824,7 +824,7 @@ func TestReceiveFailedBindRetires(t *testing.T) {
 // and a transferred binding is not retire-binding's to retire ([LIFE-2]).
 func TestRetireTransfer(t *testing.T) {
 	h, r := receive(t)
-	_, err := host.RetireBinding(h, exampleID, r.Binding.Digest, nil)
+	_, err := host.RetireBinding(context.Background(), h, exampleID, r.Binding.Digest, nil)
 	if err == nil || !strings.Contains(err.Error(), "retire-transfer") {
 		t.Fatalf("retire-binding of a transferred binding: %v", err)
 	}
