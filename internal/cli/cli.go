@@ -62,6 +62,15 @@ func (e *Env) Home() (*home.Home, error) {
 	return e.home, nil
 }
 
+// homeFor checks the number of positional arguments, then resolves the home:
+// the opening of most verbs.
+func (e *Env) homeFor(args []string, min, max int, what string) (*home.Home, error) {
+	if err := need(args, min, max, what); err != nil {
+		return nil, err
+	}
+	return e.Home()
+}
+
 // Verb is one command of a group.
 type Verb struct {
 	Name    string

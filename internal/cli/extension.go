@@ -186,10 +186,7 @@ func init() {
 		Args:    "[<extension-id>]",
 		Summary: "revalidate every (or one) binding and its installed package, and run a live handshake",
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 1, "at most one extension id"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 1, "at most one extension id")
 			if err != nil {
 				return err
 			}
@@ -248,10 +245,7 @@ func init() {
 			fs.StringVar(&cleanupDigest, "binding-digest", "", "only records that pin this binding")
 		},
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 0, "no arguments")
 			if err != nil {
 				return err
 			}

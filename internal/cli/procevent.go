@@ -128,10 +128,7 @@ func init() {
 		Args:    "<source-id>",
 		Summary: "run one attached poll of the source, then capture, announce, and ask the silent and terminal verdicts",
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 1, 1, "one source id"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 1, 1, "one source id")
 			if err != nil {
 				return err
 			}
@@ -152,10 +149,7 @@ func init() {
 		Stream:  true,
 		Flags:   so.declare,
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -174,10 +168,7 @@ func init() {
 		Summary: "run one supervision cycle: clean up after dead runners, re-announce unhandled results, poll every source once",
 		Flags:   ro.declareReannounce,
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -232,10 +223,7 @@ func init() {
 		Args:    "<result-file>",
 		Summary: "print the classification of a captured result by its captured owner (changes no state)",
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 1, 1, "one result file"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 1, 1, "one result file")
 			if err != nil {
 				return err
 			}
@@ -255,10 +243,7 @@ func init() {
 		Summary: "list registered sources with adapter, owner and pending (unhandled) count",
 		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&listJSON, "json", false, "print one JSON document") },
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -310,10 +295,7 @@ func init() {
 		Summary: "list captured results with their owner and handled state",
 		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&inboxJSON, "json", false, "print one JSON document") },
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -356,10 +338,7 @@ func init() {
 			fs.BoolVar(&preflight, "preflight", false, "only check; change nothing (prints how many registrations a sweep would attempt)")
 		},
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 0, 0, "no arguments")
 			if err != nil {
 				return err
 			}

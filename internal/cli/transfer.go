@@ -19,10 +19,7 @@ func init() {
 		Args:    "<package-dir>",
 		Summary: "write the package as one canonical transfer envelope to stdout (the rules of bind and the receiver's limits apply)",
 		Run: func(e *Env, args []string) error {
-			if err := need(args, 1, 1, "one package directory"); err != nil {
-				return err
-			}
-			h, err := e.Home()
+			h, err := e.homeFor(args, 1, 1, "one package directory")
 			if err != nil {
 				return err
 			}
