@@ -1,6 +1,6 @@
 // Package fsutil holds the few durable-file primitives fm builds on: reading a
-// private file without following links, and publishing a file durably either
-// without replacing anything or by atomic replacement.
+// private file without following links, and publishing a file durably
+// without replacing anything.
 //
 // Durability rule: a published file is written to a temp name, fsynced,
 // renamed into place, and the directory is fsynced, so after a crash either
@@ -147,20 +147,6 @@ func PublishNoReplace(tmpDir, final string, data []byte, mode os.FileMode) error
 		return SyncDir(tmpDir)
 	}
 	return nil
-}
-
-// WriteAtomic durably replaces final with data (temp file in the same
-// directory, fsync, rename, directory fsync).
-func WriteAtomic(final string, data []byte, mode os.FileMode) error {
-	tmp, err := WriteTemp(filepath.Dir(final), data, mode)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
-		return errcode.Wrap(errcode.Internal, err, "publish %q", final)
-	}
-	return SyncDir(filepath.Dir(final))
 }
 
 // SyncDir fsyncs a directory so the names in it are durable.
