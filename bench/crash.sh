@@ -12,7 +12,7 @@ export FM_CRASH_POINTS=${FM_CRASH_POINTS:-2000}
 log=$(mktemp /tmp/fm-crash.XXXXXX)
 trap 'rm -f "$log"' EXIT
 if go test ./internal/reliability -run '^TestCrashInjection$' -count=1 -v -timeout 0 >"$log" 2>&1; then
-	grep -E '^(crash-injection|  [a-z-]+ +killed)' "$log"
+	grep -E '^(crash-injection|  [a-z-]+ +killed|  debris)' "$log"
 	grep -o 'crash seed [0-9]*' "$log" | head -1
 else
 	cat "$log"

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -104,6 +105,7 @@ func TestCrashInjection(t *testing.T) {
 				t.Parallel()
 				c := newCrasher(t, seed, i, &killed)
 				defer func() {
+					c.stats.debris = c.debris()
 					mu.Lock()
 					total.add(c.stats)
 					mu.Unlock()
@@ -134,10 +136,11 @@ type crashStats struct {
 	outcomes      map[string]map[string]int // what each effective kill left behind
 	cleaned       int                       // owner records resolved by the next cleanup
 	captures      int                       // captures reported by killed or recovery commands
+	debris        map[string]int            // temp files and directories of killed writers at the end, by where
 }
 
 func newCrashStats() *crashStats {
-	return &crashStats{tried: map[string]int{}, killed: map[string]int{}, deciles: map[string]*[10]int{}, outcomes: map[string]map[string]int{}}
+	return &crashStats{tried: map[string]int{}, killed: map[string]int{}, deciles: map[string]*[10]int{}, outcomes: map[string]map[string]int{}, debris: map[string]int{}}
 }
 
 func (s *crashStats) add(o *crashStats) {
@@ -158,6 +161,9 @@ func (s *crashStats) add(o *crashStats) {
 	}
 	s.cleaned += o.cleaned
 	s.captures += o.captures
+	for where, n := range o.debris {
+		s.debris[where] += n
+	}
 }
 
 func (s *crashStats) outcome(kind, name string, n int) {
@@ -186,6 +192,12 @@ func (s *crashStats) report(took time.Duration) string {
 		}
 		fmt.Fprintf(&b, "  %-22s killed %3d of %3d tries; by tenth of run %v; left %s\n", k, s.killed[k], s.tried[k], d[:], strings.Join(outs, " "))
 	}
+	var debris []string
+	for where, n := range s.debris {
+		debris = append(debris, fmt.Sprintf("%s=%d", where, n))
+	}
+	sort.Strings(debris)
+	fmt.Fprintf(&b, "  debris: temp files and directories of killed writers that remain (no command reads them): %s\n", strings.Join(debris, " "))
 	return b.String()
 }
 
@@ -596,6 +608,29 @@ func (c *crasher) receive(kill bool) (p *transfer.Package, unit func(area string
 		c.failf("[XFER-3] after the next receive-transfer-bind the transfer is not bound: %s", rr)
 	}
 	return p, unit, true
+}
+
+// debris counts what killed writers left in the home under temp names, by
+// where: .tmp-* (a store copy or a binding not yet renamed into place) and
+// .receiving-* (a transfer being rebuilt, swept by the next receive).
+func (c *crasher) debris() map[string]int {
+	out := map[string]int{}
+	filepath.WalkDir(c.h.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		for _, prefix := range []string{".tmp-", ".receiving-"} {
+			if strings.HasPrefix(d.Name(), prefix) {
+				rel, _ := filepath.Rel(c.h.Dir, filepath.Dir(p))
+				out[filepath.Join(rel, prefix+"*")]++
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+			}
+		}
+		return nil
+	})
+	return out
 }
 
 // digestOf is the binding digest of the file at path, or "".

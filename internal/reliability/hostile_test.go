@@ -38,7 +38,7 @@ type hostile struct {
 	when               int
 	// cmd prepares the input in the world and returns the fm command that
 	// must refuse it, and its stdin. No args skips the case (it needs root).
-	cmd func(w *world) (stdin []byte, args []string)
+	cmd func() (stdin []byte, args []string)
 }
 
 // TestHostileCorpus runs every package, manifest, option, transfer,
@@ -50,14 +50,17 @@ type hostile struct {
 // package code ran for a refusal that must come before execution
 // ([INV-1], [LST-4]): the fake logs every run it makes into its state
 // directory, so a new line there is code that ran. It reports
-// "N bad inputs tried, N refused, 0 executed".
+// "N bad inputs tried, N refused, 0 executed". The inputs cover [PKG-1],
+// [PKG-2], [PKG-3], [PKG-4], [MAN-1], [MAN-2], [MAN-3], [MAN-4], [MAN-5],
+// [JSON-1], [BIND-1], [BIND-2], [BIND-3], [BIND-4], [XFER-2], [INV-1],
+// [PROTO-2], [PROTO-4], [INV-4], [INV-5] and [GRP-2].
 func TestHostileCorpus(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	cases := hostileCorpus(w)
 	var tried, refused, executed, skipped, early int
 	for _, c := range cases {
-		stdin, args := c.cmd(w)
+		stdin, args := c.cmd()
 		if args == nil {
 			skipped++
 			continue
@@ -162,7 +165,7 @@ func hostileCorpus(w *world) []hostile {
 	}
 	// tree is a case whose package tree is made hostile by tweak.
 	tree := func(name, clause, code string, tweak func(dir string)) hostile {
-		return hostile{name, clause, code, beforeExec, func(w *world) ([]byte, []string) { return bind(pkg(tweak)) }}
+		return hostile{name, clause, code, beforeExec, func() ([]byte, []string) { return bind(pkg(tweak)) }}
 	}
 	// man is a case whose manifest has old replaced by new.
 	man := func(name, clause, code, old, new string) hostile {
@@ -180,15 +183,10 @@ func hostileCorpus(w *world) []hostile {
 			w.t.Fatal(err)
 		}
 	}
-	must := func(err error) {
-		w.t.Helper()
-		if err != nil {
-			w.t.Fatal(err)
-		}
-	}
+	must := w.must
 	root := os.Getuid() == 0
 	foreign := func(name, rel string) hostile {
-		return hostile{name, "[PKG-3]", "owner-mismatch", beforeExec, func(w *world) ([]byte, []string) {
+		return hostile{name, "[PKG-3]", "owner-mismatch", beforeExec, func() ([]byte, []string) {
 			if !root {
 				return nil, nil
 			}
@@ -198,40 +196,40 @@ func hostileCorpus(w *world) []hostile {
 
 	cases := []hostile{
 		// Where the package lies: [PKG-1], [PKG-2].
-		{"symlinked path component", "[PKG-1]", "path-unsafe", beforeExec, func(w *world) ([]byte, []string) {
+		{"symlinked path component", "[PKG-1]", "path-unsafe", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			link := filepath.Join(w.base, "hostile", "link-"+a)
 			must(os.Symlink(filepath.Dir(dir), link))
 			return bind(filepath.Join(link, filepath.Base(dir)), a)
 		}},
-		{"package dir is a symlink", "[PKG-1]", "path-unsafe", beforeExec, func(w *world) ([]byte, []string) {
+		{"package dir is a symlink", "[PKG-1]", "path-unsafe", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			must(os.Symlink(dir, dir+"-alias"))
 			return bind(dir+"-alias", a)
 		}},
-		{"relative path", "[PKG-1]", "path-unsafe", beforeExec, func(w *world) ([]byte, []string) {
+		{"relative path", "[PKG-1]", "path-unsafe", beforeExec, func() ([]byte, []string) {
 			_, a := pkg(nil)
 			return bind(filepath.Join("hostile", a), a)
 		}},
-		{"a regular file", "[PKG-1]", "package-invalid", beforeExec, func(w *world) ([]byte, []string) {
+		{"a regular file", "[PKG-1]", "package-invalid", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			return bind(filepath.Join(dir, "firstmate-extension.json"), a)
 		}},
-		{"missing directory", "[PKG-1]", "package-missing", beforeExec, func(w *world) ([]byte, []string) {
+		{"missing directory", "[PKG-1]", "package-missing", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			return bind(dir+"-missing", a)
 		}},
-		{"inside a Git work tree", "[PKG-2]", "path-unsafe", beforeExec, func(w *world) ([]byte, []string) {
+		{"inside a Git work tree", "[PKG-2]", "path-unsafe", beforeExec, func() ([]byte, []string) {
 			n++
 			repo := filepath.Join(w.base, fmt.Sprintf("repo%d", n))
 			must(os.MkdirAll(filepath.Join(repo, ".git"), 0o755))
 			dir := filepath.Join(repo, "sub", "pkg")
 			return bind(dir, w.makePackageAt(dir, n))
 		}},
-		{".git file in the package itself", "[PKG-2]", "path-unsafe", beforeExec, func(w *world) ([]byte, []string) {
+		{".git file in the package itself", "[PKG-2]", "path-unsafe", beforeExec, func() ([]byte, []string) {
 			return bind(pkg(func(dir string) { write(filepath.Join(dir, ".git"), "gitdir: /elsewhere\n", 0o644) }))
 		}},
-		{"inside the home", "[PKG-2]", "path-unsafe", beforeExec, func(w *world) ([]byte, []string) {
+		{"inside the home", "[PKG-2]", "path-unsafe", beforeExec, func() ([]byte, []string) {
 			n++
 			dir := filepath.Join(w.h.Dir, "pkgs", fmt.Sprintf("p%d", n))
 			return bind(dir, w.makePackageAt(dir, n))
@@ -330,23 +328,23 @@ func hostileCorpus(w *world) []hostile {
 		}),
 
 		// The operator's options: [BIND-1], [BIND-2], [BIND-4].
-		{"no --trust-same-user-code", "[BIND-1]", "consent-missing", beforeExec, func(w *world) ([]byte, []string) {
+		{"no --trust-same-user-code", "[BIND-1]", "consent-missing", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			return nil, []string{"extension", "bind", dir, "--adapter", a}
 		}},
-		{"required consent not given", "[BIND-1]", "consent-missing", beforeExec, func(w *world) ([]byte, []string) {
+		{"required consent not given", "[BIND-1]", "consent-missing", beforeExec, func() ([]byte, []string) {
 			return bind(pkg(func(dir string) { w.editManifest(dir, `"required_consents":[]`, `"required_consents":["network"]`) }))
 		}},
-		{"undeclared adapter", "[BIND-2]", "capability-mismatch", beforeExec, func(w *world) ([]byte, []string) {
+		{"undeclared adapter", "[BIND-2]", "capability-mismatch", beforeExec, func() ([]byte, []string) {
 			dir, _ := pkg(nil)
 			return bind(dir, "undeclared")
 		}},
-		{"adapter owned by a built-in", "[BIND-2]", "adapter-conflict", beforeExec, func(w *world) ([]byte, []string) {
+		{"adapter owned by a built-in", "[BIND-2]", "adapter-conflict", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			write(filepath.Join(w.h.Root, "bin", "fm-procevent-"+a+".sh"), "#!/bin/sh\n", 0o755)
 			return bind(dir, a)
 		}},
-		{"a second binding of a bound id", "[BIND-4]", "binding-exists", beforeExec, func(w *world) ([]byte, []string) {
+		{"a second binding of a bound id", "[BIND-4]", "binding-exists", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code")
 			n++
@@ -356,7 +354,7 @@ func hostileCorpus(w *world) []hostile {
 			w.editManifest(other, fmt.Sprintf(`["p%d"]`, n), `["`+a+`"]`)
 			return bind(other, a)
 		}},
-		{"an adapter another binding enables", "[BIND-4]", "adapter-conflict", beforeExec, func(w *world) ([]byte, []string) {
+		{"an adapter another binding enables", "[BIND-4]", "adapter-conflict", beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code")
 			other, _ := pkg(func(d string) { w.editManifest(d, `"adapter_names":["`, `"adapter_names":["`+a+`","`) })
@@ -413,10 +411,10 @@ func (w *world) transferCases(pkg func(func(string)) (string, string)) []hostile
 		}
 	}
 	xfer := func(name, code string, edit func(e *transfer.Envelope), reseal bool) hostile {
-		return hostile{name, "[XFER-2]", code, beforeExec, func(w *world) ([]byte, []string) { return receive(envelope(edit, reseal)) }}
+		return hostile{name, "[XFER-2]", code, beforeExec, func() ([]byte, []string) { return receive(envelope(edit, reseal)) }}
 	}
 	return []hostile{
-		{"truncated envelope", "[XFER-2]", "json-invalid", beforeExec, func(w *world) ([]byte, []string) {
+		{"truncated envelope", "[XFER-2]", "json-invalid", beforeExec, func() ([]byte, []string) {
 			data, a := envelope(nil, false)
 			return receive(data[:len(data)-1], a)
 		}},
@@ -444,19 +442,14 @@ func (w *world) installedCases(pkg func(func(string)) (string, string)) []hostil
 	poll := func(a string) ([]byte, []string) {
 		return nil, []string{"extension", "process-event", a, "source.poll", "--source-id", "s", "--config-ref", "r"}
 	}
+	must := w.must
 	// tampered binds a package, unseals its store copy, lets tamper change
 	// it, seals it again and polls.
 	tampered := func(name, code string, tamper func(store string)) hostile {
-		return hostile{name, "[INV-1]", code, beforeExec, func(w *world) ([]byte, []string) {
+		return hostile{name, "[INV-1]", code, beforeExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			out := w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code").stdout
 			store := field(out, "package")
-			w.mode("org.example."+a, "invoke", "", "good")
-			must := func(err error) {
-				if err != nil {
-					w.t.Fatal(err)
-				}
-			}
 			for _, d := range []string{store, filepath.Join(store, "bin")} {
 				must(os.Chmod(d, 0o755))
 			}
@@ -470,12 +463,6 @@ func (w *world) installedCases(pkg func(func(string)) (string, string)) []hostil
 		}}
 	}
 	ep := func(store string) string { return filepath.Join(store, "bin", "firstmate-extension") }
-	must := func(err error) {
-		w.t.Helper()
-		if err != nil {
-			w.t.Fatal(err)
-		}
-	}
 	return []hostile{
 		tampered("installed entrypoint changed", "integrity-mismatch", func(store string) {
 			must(os.Chmod(ep(store), 0o755))
@@ -506,7 +493,7 @@ func (w *world) installedCases(pkg func(func(string)) (string, string)) []hostil
 // [INV-4], [INV-5], [GRP-2]).
 func (w *world) executedCases(pkg func(func(string)) (string, string), bind func(dir, adapter string) ([]byte, []string)) []hostile {
 	handshake := func(mode, code string) hostile {
-		return hostile{"handshake " + mode, "[PROTO-2]", code, atExec, func(w *world) ([]byte, []string) {
+		return hostile{"handshake " + mode, "[PROTO-2]", code, atExec, func() ([]byte, []string) {
 			dir, a := pkg(nil)
 			w.mode("org.example."+a, "handshake", "", mode)
 			return bind(dir, a)
@@ -515,7 +502,7 @@ func (w *world) executedCases(pkg func(func(string)) (string, string), bind func
 	// One bound package answers every invoke case, chosen by its mode file.
 	var a string
 	invoke := func(mode, clause, code string) hostile {
-		return hostile{"response " + mode, clause, code, atExec, func(w *world) ([]byte, []string) {
+		return hostile{"response " + mode, clause, code, atExec, func() ([]byte, []string) {
 			if a == "" {
 				var dir string
 				dir, a = pkg(nil)

@@ -30,7 +30,8 @@ type soakConfig struct {
 }
 
 // TestSoak is the long soak (bench/soak.sh): FM_SOAK=1, FM_SOAK_DURATION
-// (default 10m), FM_SOAK_SOURCES (default 100). See soak.
+// (default 10m), FM_SOAK_SOURCES (default 100). See soak for what it checks:
+// [RUN-2], [CAP-1], [CAP-2], [CAP-3], [RID-1], [REG-3], [REG-4], [GRP-3].
 func TestSoak(t *testing.T) {
 	if os.Getenv("FM_SOAK") == "" {
 		t.Skip("the long soak runs with FM_SOAK=1 (bench/soak.sh)")
@@ -47,7 +48,8 @@ func TestSoak(t *testing.T) {
 }
 
 // TestSoakSmoke is the soak in small, for every test run: 10 sources for
-// 12 s with a serve kill every 3-5 s.
+// 12 s with a serve kill every 3-5 s; it checks the same ([RUN-2], [CAP-1],
+// [CAP-2], [RID-1], [GRP-3]).
 func TestSoakSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")

@@ -92,6 +92,14 @@ func (w *world) failf(format string, args ...any) {
 	w.t.Fatalf(format, args...)
 }
 
+// must fails the test on err.
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // fakeState is the state dir (FIRSTMATE_EXTENSION_STATE) of extension id.
 func (w *world) fakeState(id string) string { return w.h.ExtensionState(id) }
 
@@ -311,11 +319,11 @@ func (w *world) cleanedUp(groups []int, since uint64) int {
 // noStrays checks that no live process carries the environment of any
 // package state dir of this world. A barrier whose host died before
 // releasing it exits by itself (it reads end of file), so stragglers get
-// two seconds.
+// five seconds.
 func (w *world) noStrays() {
 	w.t.Helper()
 	ents, _ := os.ReadDir(filepath.Join(w.h.State, "extensions"))
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for _, e := range ents {
 		kv := "FIRSTMATE_EXTENSION_STATE=" + w.fakeState(e.Name())
 		for {
