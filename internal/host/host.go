@@ -70,6 +70,10 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err := checkLocation(h, opts); err != nil {
 		return nil, err
 	}
+	// The location check resolves the path as the kernel would, so a
+	// trailing slash (as shell completion adds) or "x/.." passes it; from
+	// here on, and in the record, the package is its clean spelling.
+	opts.Dir = filepath.Clean(opts.Dir)
 	tree, err := pkgtree.ScanWith(opts.Dir, pkgtree.Source, pkgtree.Options{Progress: opts.Progress})
 	if err != nil {
 		return nil, err

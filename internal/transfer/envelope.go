@@ -67,6 +67,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -105,6 +106,13 @@ const (
 // maxName is the longest path component a Linux file system stores
 // (NAME_MAX); a longer one could never have come from a real package.
 const maxName = 255
+
+// maxPath bounds a whole entry path. The rebuilt package lives several
+// directories deep in a home, and the kernel refuses paths over PATH_MAX
+// (4,096 bytes); 1,024 bytes leaves that room while no real package comes
+// near it, so a deeper envelope is refused up front as path-unsafe instead of
+// failing half-way through the rebuild.
+const maxPath = 1024
 
 // Envelope is the transfer document ([XFER-1]).
 type Envelope struct {
@@ -470,7 +478,14 @@ func checkEntry(e *Entry, isDir map[string]bool) error {
 // control characters (the names pkgtree accepts).
 func checkPath(p string) error {
 	bad := func(why string) error {
-		return errcode.New(errcode.PathUnsafe, "transfer entry path %q %s", p, why)
+		shown := p
+		if len(shown) > 96 {
+			shown = shown[:96] + "..."
+		}
+		return errcode.New(errcode.PathUnsafe, "transfer entry path %q %s", shown, why)
+	}
+	if len(p) > maxPath {
+		return bad("is longer than " + strconv.Itoa(maxPath) + " bytes")
 	}
 	if !utf8.ValidString(p) || strings.ContainsFunc(p, unicode.IsControl) {
 		return bad("is not valid utf-8 without control characters")

@@ -415,6 +415,10 @@ func TestReceiveRefusals(t *testing.T) {
 			addFile(env, "../escape", []byte("x"))
 			return seal(t, env)
 		}, errcode.PathUnsafe},
+		{"path longer than 1,024 bytes", func(t *testing.T, env *Envelope) []byte {
+			addFile(env, strings.Repeat(strings.Repeat("d", 250)+"/", 5)+"f", []byte("x"))
+			return seal(t, env)
+		}, errcode.PathUnsafe},
 		{"absolute path", func(t *testing.T, env *Envelope) []byte {
 			addFile(env, "/etc/escape", []byte("x"))
 			return seal(t, env)
