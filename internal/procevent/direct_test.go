@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -136,7 +137,7 @@ func TestWakeVerbs(t *testing.T) {
 	f.registerExt("s1")
 	f.ok("procevent", "start", "s1")
 	watch := f.fmCmd("wake", "watch", "--after", "1")
-	var out syncBuffer
+	var out testpkg.SyncBuffer
 	watch.Stdout = &out
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)

@@ -20,16 +20,17 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/internal/testpkg"
 )
 
 // Regression tests for defects found in review. Each runs real fm processes
 // against real files.
 
 // background starts fm in the background; its output is collected.
-func (f *fixture) background(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func (f *fixture) background(args ...string) (*exec.Cmd, *testpkg.SyncBuffer, *testpkg.SyncBuffer) {
 	f.t.Helper()
 	cmd := f.fmCmd(args...)
-	out, errs := new(syncBuffer), new(syncBuffer)
+	out, errs := new(testpkg.SyncBuffer), new(testpkg.SyncBuffer)
 	cmd.Stdout, cmd.Stderr = out, errs
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)

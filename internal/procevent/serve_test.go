@@ -14,13 +14,14 @@ import (
 
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/testpkg"
 )
 
 // serve starts `fm procevent serve` with a short gap and rescan.
-func (f *fixture) serve(extra ...string) (*exec.Cmd, *syncBuffer) {
+func (f *fixture) serve(extra ...string) (*exec.Cmd, *testpkg.SyncBuffer) {
 	f.t.Helper()
 	cmd := f.fmCmd(append([]string{"procevent", "serve", "--min-gap", "200ms", "--rescan", "200ms"}, extra...)...)
-	out := new(syncBuffer)
+	out := new(testpkg.SyncBuffer)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)

@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -129,7 +127,7 @@ type orphanCheck struct {
 
 type serveProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testpkg.SyncBuffer
 	done chan struct{}
 }
 
@@ -165,7 +163,7 @@ func (s *soaker) startServe() {
 	s.t.Helper()
 	cmd := exec.Command(fmBin, "procevent", "serve", "--min-gap", "1s", "--rescan", "1s", "--reannounce-after", s.cfg.reannounce.String())
 	cmd.Env = s.env
-	p := &serveProc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &serveProc{cmd: cmd, out: &testpkg.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -520,23 +518,4 @@ func (s *soaker) generations() int {
 		n += len(ts)
 	}
 	return n
-}
-
-// syncBuffer is a bytes.Buffer that a running process writes while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
