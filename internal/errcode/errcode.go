@@ -65,6 +65,31 @@ const (
 	TransferMissing      Code = "transfer-missing"
 	RetirementPartial    Code = "retirement-partial"
 	Internal             Code = "internal"
+
+	// Codes this project adds where none of the contract's fits (each is
+	// listed in docs/troubleshooting.md and defined in docs/spec.md).
+
+	// HostResource is the host's own resource exhaustion (EMFILE, ENFILE,
+	// ENOSPC, ENOMEM, EAGAIN on fork): never a package's failure.
+	HostResource Code = "host-resource"
+	// SecondmateMissing is an `fm on` or remote-bind route that the home's
+	// data/secondmates.json does not define.
+	SecondmateMissing Code = "secondmate-missing"
+	// SequenceExhausted is a counter (a source's sequence, the wake queue's
+	// queue-seq) that cannot advance without wrapping.
+	SequenceExhausted Code = "sequence-exhausted"
+	// SourceRegistered refuses a direct source.poll of a registered source id,
+	// whose event would be consumed outside capture.
+	SourceRegistered Code = "source-registered"
+	// RemoteInvalid is a remote transport that did not answer with the exact
+	// lines of a successful remote command, or hung past its deadline.
+	RemoteInvalid Code = "remote-invalid"
+	// HomeImportNeeded is a home written by the earlier Firstmate
+	// implementation: run `fm home import`.
+	HomeImportNeeded Code = "home-import-needed"
+	// HomeBusy refuses `fm home import` while a process of the earlier
+	// implementation may still run in that home.
+	HomeBusy Code = "home-busy"
 )
 
 // All lists every code, in the contract's order. Documentation tests use it.
@@ -80,6 +105,8 @@ var All = []Code{
 	ExtIncompatible, ExtConflict, ExtUnavailable, ExtInternal, SourceMissing,
 	SourceActive, OwnerTokenMismatch, TransferExists, TransferMissing,
 	RetirementPartial, Internal,
+	HostResource, SecondmateMissing, SequenceExhausted, SourceRegistered,
+	RemoteInvalid, HomeImportNeeded, HomeBusy,
 }
 
 // Error is a failure with a contract code. Msg is shown to the operator; Err,
