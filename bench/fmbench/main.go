@@ -9,6 +9,7 @@
 //	fmbench -fm bin/fm -adapter floor -sources 200 -seconds 10 serve-captures
 //	fmbench -fm bin/fm -adapter floor -sources 200 -seconds 10 serve-idle
 //	fmbench -fm old/fm -fm2 bin/fm -adapter floor -n 400 compare
+//	fmbench -fm bin/fm -adapter floor -pkg <floor package> -files 1000 -size 113 -dirs 10 -n 20 bind
 //
 // The home is FM_HOME (or the usual resolution), holding one binding that
 // enables the adapter, whose entrypoint is the trivial compiled entrypoint
@@ -54,12 +55,17 @@ var (
 	warm    = flag.Int("warm", 10, "untimed warm-up rounds")
 	sources = flag.Int("sources", 200, "serve: registered sources")
 	seconds = flag.Float64("seconds", 10, "serve: measured seconds")
+	pkgDir  = flag.String("pkg", "", "bind: the floor package to extend with generated files")
+	files   = flag.Int("files", 1000, "bind: generated files")
+	size    = flag.Int("size", 113, "bind: bytes per generated file")
+	dirs    = flag.Int("dirs", 10, "bind: directories the generated files are spread over")
+	label   = flag.String("label", "bind", "bind: the name of the printed ratio")
 )
 
 func main() {
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle")
+		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle|bind")
 		os.Exit(2)
 	}
 	fm, err := filepath.Abs(*fmPath)
@@ -79,6 +85,8 @@ func main() {
 		serveCaptures(fm)
 	case "serve-idle":
 		serveIdle(fm)
+	case "bind":
+		bind(fm)
 	default:
 		fmt.Fprintln(os.Stderr, "fmbench: unknown experiment", flag.Arg(0))
 		os.Exit(2)
@@ -478,4 +486,63 @@ func serveIdle(fm string) {
 	fmt.Printf("serve-idle-cpu-percent: %.2f\n", 100*float64(s1-s0)/ticksPerSecond/d)
 	fmt.Printf("serve-idle: %d threads; reaped children's CPU %.2f%%; %d entrypoint processes, %d KiB RSS in all; stopped (TERM, every group proved gone) in %s\n",
 		threads, 100*float64(ch1-ch0)/ticksPerSecond/d, n, kids, ms(stopped))
+}
+
+// bind: `fm extension bind` of the floor package extended with -files
+// generated files of -size bytes over -dirs directories, each round into a
+// fresh home, against its I/O floor: `cp -a` of the same tree into the same
+// file system followed by `sync -f` on the copy. Both sides write the same
+// bytes to the same file system and make them durable; bind also hashes the
+// tree (scan, copy, rescan) and runs the handshake.
+func bind(fm string) {
+	if *pkgDir == "" {
+		check(fmt.Errorf("bind needs -pkg"))
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(*pkgDir), "fmbench-bind-")
+	check(err)
+	defer removeTree(tmp)
+	pkg := filepath.Join(tmp, "pkg")
+	check(exec.Command("cp", "-a", *pkgDir, pkg).Run())
+	payload := make([]byte, *size)
+	for i := range payload {
+		payload[i] = byte('a' + i%26)
+	}
+	for i := range *files {
+		d := filepath.Join(pkg, "data", fmt.Sprintf("d%02d", i%max(*dirs, 1)))
+		check(os.MkdirAll(d, 0o755))
+		payload[0] = byte('a' + i%26) // files differ, as real ones do
+		check(os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), payload, 0o644))
+	}
+	check(exec.Command("chmod", "-R", "go-w", pkg).Run())
+	n := 0
+	fresh := func() string {
+		n++
+		return filepath.Join(tmp, fmt.Sprintf("r%04d", n))
+	}
+	bindOnce := func() time.Duration {
+		h := fresh()
+		check(os.Mkdir(h, 0o700))
+		p := proc{
+			argv: []string{fm, "extension", "bind", pkg, "--adapter", *adapter, "--trust-same-user-code"},
+			env:  append(os.Environ(), "FM_HOME="+h),
+		}
+		d := p.run()
+		removeTree(h)
+		return d
+	}
+	floorOnce := func() time.Duration {
+		dst := fresh()
+		d := seq(proc{argv: []string{"/bin/cp", "-a", pkg, dst}}, proc{argv: []string{"/bin/sync", "-f", dst}})
+		removeTree(dst)
+		return d
+	}
+	as, bs, ratios := alternate(bindOnce, floorOnce)
+	r := report(*label, as, bs, ratios, fmt.Sprintf("fm extension bind (%d files of %d bytes)", *files, *size), "cp -a + sync -f")
+	fmt.Printf("%s-vs-floor: %.2f\n", *label, r)
+}
+
+// removeTree removes a tree that may hold a sealed (0555) store.
+func removeTree(dir string) {
+	exec.Command("chmod", "-R", "u+w", dir).Run()
+	os.RemoveAll(dir)
 }

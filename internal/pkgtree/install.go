@@ -25,8 +25,8 @@ import (
 // the source is walked again under the same rules, every file is copied and
 // hashed on the way and must match want (integrity-mismatch), files are made
 // 0444, or 0555 when want says executable, directories 0555 deepest first,
-// everything fsynced, and the temp directory is renamed to dst without
-// replacing anything. It is built where it will live because a non-root user
+// then the whole copy is flushed at once (see flush) and the temp directory
+// is renamed to dst without replacing anything. It is built where it will live because a non-root user
 // cannot move a 0555 directory into another parent (rename must rewrite its
 // ".."); a rename within one parent needs no write permission on the
 // directory itself, so the root is sealed 0555 before the rename and dst
@@ -158,7 +158,33 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 	if err := seal(tmp); err != nil {
 		return "", err
 	}
+	if err := flush(tmp); err != nil {
+		return "", err
+	}
 	return tmp, nil
+}
+
+// flush makes the complete copy under dir durable in one step, before it is
+// published by the rename: syncfs(2) on the store's file system writes back
+// every dirty page and inode of that file system, the copy's file contents,
+// inodes and directory entries included, and waits for them (ext4 commits
+// its journal, or writes the metadata blocks when it has none); since Linux
+// 5.8 it reports a writeback error of the file system. That is the promise
+// an fsync of every file and directory gave, at the cost of one flush
+// instead of one per entry: the I/O floor of "cp -a" plus "sync -f". The
+// rename that publishes the copy is made durable afterwards by the fsync of
+// the parent, so after Install returns a crash leaves the store directory
+// complete, and before that it leaves at most a temp directory.
+func flush(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "syncfs %s", dir)
+	}
+	return nil
 }
 
 // sameShape checks that a fresh walk of the source lists exactly want's
@@ -178,7 +204,8 @@ func sameShape(w *walker, want *Tree) error {
 }
 
 // copyFile copies file entry i of the walk to the new file at path, checks its
-// hash against sum, and seals it 0444 or 0555.
+// hash against sum, and seals it 0444 or 0555 (build's flush makes it
+// durable).
 func copyFile(wk *worker, i int, path string, sum [32]byte) error {
 	fd, err := wk.open(i)
 	if err != nil {
@@ -205,27 +232,16 @@ func copyFile(wk *worker, i int, path string, sum [32]byte) error {
 	if err := out.Chmod(mode); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "chmod %s", path)
 	}
-	if err := out.Sync(); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "fsync %s", path)
-	}
 	if err := out.Close(); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "close %s", path)
 	}
 	return nil
 }
 
-// seal makes a directory of the copy 0555 and fsyncs it.
+// seal makes a directory of the copy 0555; flush makes it durable.
 func seal(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
-	}
-	defer f.Close()
-	if err := f.Chmod(0o555); err != nil {
+	if err := os.Chmod(dir, 0o555); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "chmod %s", dir)
-	}
-	if err := f.Sync(); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "fsync %s", dir)
 	}
 	return nil
 }
