@@ -24,7 +24,9 @@ import (
 //
 // Stopping a running poll. A retire that finds the claim held asks the runner
 // to stop by holding an exclusive flock on <source-id>.stop while it waits for
-// the claim. The runner looks for that lock every stopPoll; when it sees it,
+// the claim, and touches the file's mode so that the runner's registry watch
+// (watch.go) reports it. The runner looks for that lock on that event (and
+// every safetyPoll, or every stopPoll without a watch); when it sees it,
 // it cancels its poll, which makes the launch supervision stop the poll's
 // exact process group (TERM, then KILL) and prove it gone, and then releases
 // the claim without capturing anything. Because the request is itself a lock,
@@ -46,8 +48,11 @@ import (
 const (
 	claimSuffix = ".claim"
 	stopSuffix  = ".stop"
-	// stopPoll is how often a running poll looks for a stop request.
+	// stopPoll is how often a running poll looks for a stop request when
+	// it cannot watch the registry (see watch.go).
 	stopPoll = 100 * time.Millisecond
+	// safetyPoll is how often a watching poll looks anyway.
+	safetyPoll = 5 * time.Second
 	// stopWait bounds how long a retire waits for a running poll to stop.
 	stopWait = 15 * time.Second
 )
@@ -121,6 +126,8 @@ func (d *dirs) awaitClaim(id string) (release func(), err error) {
 		}
 		if ok {
 			stop = f
+			// Wake the runner's watch: the mode stays what it is.
+			_ = f.Chmod(0o600)
 		} else {
 			f.Close() // removed by a retire that held it: request on the current file
 		}
@@ -161,12 +168,22 @@ func (d *dirs) watchStop(ctx context.Context, id string) (context.Context, func(
 		}
 		return !ok && err == nil
 	}
+	// Subscribe before the first look, so no request falls in between.
+	var event <-chan struct{}
+	every := stopPoll
+	unwatch := func() {}
+	if w, err := watchRegistry(d.reg); err == nil {
+		c, end := w.onStop(id)
+		event, every = c, safetyPoll
+		unwatch = func() { end(); w.release() }
+	}
 	if requested() {
 		cancel(errStopped)
 	}
 	go func() {
 		defer f.Close()
-		t := time.NewTicker(stopPoll)
+		defer unwatch()
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -174,11 +191,12 @@ func (d *dirs) watchStop(ctx context.Context, id string) (context.Context, func(
 				return
 			case <-ctx.Done():
 				return
+			case <-event:
 			case <-t.C:
-				if requested() {
-					cancel(errStopped)
-					return
-				}
+			}
+			if requested() {
+				cancel(errStopped)
+				return
 			}
 		}
 	}()

@@ -22,9 +22,11 @@ import (
 // per source (the claim guarantees it across processes too). Between two
 // polls of a source it waits MinGap; after a failure (an error, or captured
 // failure evidence) it backs off exponentially from 2*MinGap up to
-// MaxBackoff, and a success or a no-result resets the backoff. Every Rescan
-// it re-reads the registry: a new registration gets its goroutine, and a
-// goroutine whose source was retired ends at its next pass. Every
+// MaxBackoff, and a success or a no-result resets the backoff. It re-reads
+// the registry as soon as its watch (watch.go) reports a registration
+// appearing or going, and every Rescan as a safety net: a new registration
+// gets its goroutine, and a goroutine whose source was retired ends at its
+// next pass. Every
 // maintainEvery (and at start) it runs the maintenance half of a cycle:
 // resolve the groups dead hosts left (launch.Cleanup on every record whose
 // host is dead: a killed runner leaves the records of its polls and of their
@@ -121,6 +123,15 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 	}
 	s := &supervisor{h: h, o: o, running: map[string]bool{}}
 	s.maintain(d)
+	// A registration or retirement is picked up when the registry watch
+	// reports it (watch.go); the Rescan ticker is the safety net.
+	var changed <-chan struct{}
+	if w, err := watchRegistry(d.reg); err == nil {
+		c, end := w.onChange()
+		changed = c
+		defer w.release()
+		defer end()
+	}
 	rescan := time.NewTicker(o.Rescan)
 	defer rescan.Stop()
 	last := time.Now()
@@ -130,6 +141,7 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 		case <-ctx.Done():
 			s.wg.Wait()
 			return nil
+		case <-changed:
 		case <-rescan.C:
 		}
 		if o.ReapOrphans {

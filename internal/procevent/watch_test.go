@@ -1,0 +1,101 @@
+package procevent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// received reports whether c gets a wake within d.
+func received(c <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-c:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// [RUN-2], [REG-4] The registry watch wakes a poll's stop watcher when a
+// retire touches the stop file's mode, and serve's rescan when a registration
+// appears or goes, but not for the lock files every poll creates and closes.
+func TestRegistryWatchEvents(t *testing.T) {
+	dir := t.TempDir()
+	reg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	w, err := watchRegistry(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.release()
+	w2, err := watchRegistry(reg) // a second user shares the one watch
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2 != w {
+		t.Fatal("a second watch of the same directory was not shared")
+	}
+	w2.release()
+
+	stopA, endA := w.onStop("a")
+	defer endA()
+	stopB, endB := w.onStop("b")
+	defer endB()
+	changed, endC := w.onChange()
+	defer endC()
+
+	// Lock files of a poll come and go: no wake.
+	for _, n := range []string{"a.claim", "a.stop", "b.stop"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if received(changed, 300*time.Millisecond) {
+		t.Fatal("creating lock files woke the rescan")
+	}
+	// Creating a.stop and b.stop may have woken their watchers (a look
+	// costs nothing); drain, then only a's stop request must wake a.
+	received(stopA, 100*time.Millisecond)
+	received(stopB, 100*time.Millisecond)
+	if err := os.Chmod(filepath.Join(dir, "a.stop"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !received(stopA, 10*time.Second) {
+		t.Fatal("a stop request (fchmod of a.stop) did not wake a's watcher")
+	}
+	if received(stopB, 300*time.Millisecond) {
+		t.Fatal("a's stop request woke b's watcher")
+	}
+
+	// A registration appearing (published by rename) and going wakes the
+	// rescan.
+	tmp := filepath.Join(dir, ".tmp-x")
+	if err := os.WriteFile(tmp, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "x.source")); err != nil {
+		t.Fatal(err)
+	}
+	if !received(changed, 10*time.Second) {
+		t.Fatal("a new registration did not wake the rescan")
+	}
+	if err := os.Remove(filepath.Join(dir, "x.source")); err != nil {
+		t.Fatal(err)
+	}
+	if !received(changed, 10*time.Second) {
+		t.Fatal("a removed registration did not wake the rescan")
+	}
+
+	// An ended subscription is not woken (and does not block the watch).
+	endA()
+	if err := os.Chmod(filepath.Join(dir, "a.stop"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if received(stopA, 300*time.Millisecond) {
+		t.Fatal("an ended subscription was woken")
+	}
+}
