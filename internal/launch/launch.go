@@ -97,6 +97,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -560,28 +561,61 @@ func newStream(limit int, keep bool) *stream {
 	return &stream{limit: limit, keep: keep, over: make(chan struct{}), done: make(chan struct{})}
 }
 
+// chunks are the read buffers of every stream of this process. A stream
+// takes one only while data is ready to read, so the hundreds of polls that
+// serve keeps waiting on a long poll hold no buffer at all.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// run reads f until end of file or an error (a deadline set by drain
+// included). It waits for data through the runtime's poller without a
+// buffer, then reads what is there into a pooled chunk.
 func (st *stream) run(f *os.File, first func()) {
 	defer close(st.done)
-	chunk := make([]byte, 32<<10)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
 	for {
-		k, err := f.Read(chunk)
-		if k > 0 {
-			if first != nil {
-				first()
+		var (
+			k    int
+			rerr error
+		)
+		err := rc.Read(func(fd uintptr) bool {
+			chunk := chunks.Get().(*[]byte)
+			defer chunks.Put(chunk)
+			for {
+				k, rerr = unix.Read(int(fd), *chunk)
+				if rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				return false // nothing yet: wait for the poller
+			}
+			if k > 0 {
+				st.take((*chunk)[:k], first)
 				first = nil
 			}
-			if st.keep && len(st.buf) <= st.limit {
-				st.buf = append(st.buf, chunk[:min(k, st.limit+1-len(st.buf))]...)
-			}
-			wasOver := st.n > int64(st.limit)
-			st.n += int64(k)
-			if !wasOver && st.n > int64(st.limit) {
-				close(st.over)
-			}
-		}
-		if err != nil {
+			return true
+		})
+		if err != nil || rerr != nil || k <= 0 {
 			return
 		}
+	}
+}
+
+// take counts the k bytes just read and keeps what the bound allows.
+func (st *stream) take(b []byte, first func()) {
+	if first != nil {
+		first()
+	}
+	if st.keep && len(st.buf) <= st.limit {
+		st.buf = append(st.buf, b[:min(len(b), st.limit+1-len(st.buf))]...)
+	}
+	wasOver := st.n > int64(st.limit)
+	st.n += int64(len(b))
+	if !wasOver && st.n > int64(st.limit) {
+		close(st.over)
 	}
 }
 

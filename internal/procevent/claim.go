@@ -51,11 +51,13 @@ const (
 	// stopPoll is how often a running poll looks for a stop request when
 	// it cannot watch the registry (see watch.go).
 	stopPoll = 100 * time.Millisecond
-	// safetyPoll is how often a watching poll looks anyway.
-	safetyPoll = 5 * time.Second
 	// stopWait bounds how long a retire waits for a running poll to stop.
 	stopWait = 15 * time.Second
 )
+
+// safetyPoll is how often the registry watch makes every poll look for a
+// stop request anyway (a variable for tests).
+var safetyPoll = 5 * time.Second
 
 // errStopped is the cause of a poll cancelled by a retire's stop request.
 var errStopped = errors.New("a retire stopped the poll")
@@ -168,22 +170,23 @@ func (d *dirs) watchStop(ctx context.Context, id string) (context.Context, func(
 		}
 		return !ok && err == nil
 	}
-	// Subscribe before the first look, so no request falls in between.
-	var event <-chan struct{}
-	every := stopPoll
-	unwatch := func() {}
+	look := func() {
+		if requested() {
+			cancel(errStopped)
+		}
+	}
+	// With the registry watch, the watch looks on every event and every
+	// safetyPoll (watch.go). Subscribe before the first look, so no request
+	// falls in between.
 	if w, err := watchRegistry(d.reg); err == nil {
-		c, end := w.onStop(id)
-		event, every = c, safetyPoll
-		unwatch = func() { end(); w.release() }
+		end := w.onStop(id, look)
+		look()
+		return ctx, func() { end(); w.release(); f.Close(); cancel(nil) }, nil
 	}
-	if requested() {
-		cancel(errStopped)
-	}
+	look()
 	go func() {
 		defer f.Close()
-		defer unwatch()
-		t := time.NewTicker(every)
+		t := time.NewTicker(stopPoll)
 		defer t.Stop()
 		for {
 			select {
@@ -191,12 +194,11 @@ func (d *dirs) watchStop(ctx context.Context, id string) (context.Context, func(
 				return
 			case <-ctx.Done():
 				return
-			case <-event:
 			case <-t.C:
-			}
-			if requested() {
-				cancel(errStopped)
-				return
+				if requested() {
+					cancel(errStopped)
+					return
+				}
 			}
 		}
 	}()

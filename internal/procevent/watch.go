@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -30,8 +31,9 @@ import (
 // the directory itself, so a spurious event costs one look and nothing else.
 // A lost event (the kernel's queue overflowed) wakes every watcher; a watcher
 // that could not be set up (no inotify, no descriptor left) falls back to
-// looking every stopPoll. Every watcher also looks every safetyPoll, so even
-// an event the kernel never sent is seen within that bound.
+// looking every stopPoll. The watch also makes every stop watcher look every
+// safetyPoll, so even an event the kernel never sent is seen within that
+// bound.
 
 // regWatch is the inotify watch of one registry directory in this process.
 type regWatch struct {
@@ -40,8 +42,9 @@ type regWatch struct {
 	refs int       // under watchMu
 
 	mu      sync.Mutex
-	stops   map[string]map[chan struct{}]struct{} // source id -> stop watchers
-	changes map[chan struct{}]struct{}            // rescan watchers
+	stops   map[string]map[*func()]struct{} // source id -> stop watchers' looks
+	changes map[chan struct{}]struct{}      // rescan watchers
+	quit    chan struct{}                   // closed by the last release
 }
 
 var (
@@ -75,9 +78,10 @@ func watchRegistry(reg *os.File) (*regWatch, error) {
 		return nil, err
 	}
 	w := &regWatch{key: key, f: os.NewFile(uintptr(fd), "inotify"), refs: 1,
-		stops: map[string]map[chan struct{}]struct{}{}, changes: map[chan struct{}]struct{}{}}
+		stops: map[string]map[*func()]struct{}{}, changes: map[chan struct{}]struct{}{}, quit: make(chan struct{})}
 	watches[key] = w
 	go w.run()
+	go w.safety()
 	return w, nil
 }
 
@@ -87,26 +91,44 @@ func (w *regWatch) release() {
 	defer watchMu.Unlock()
 	if w.refs--; w.refs == 0 {
 		delete(watches, w.key)
-		w.f.Close() // ends run
+		close(w.quit) // ends safety
+		w.f.Close()   // ends run
 	}
 }
 
-// onStop returns a channel that receives when a stop request for id may have
-// been made, and a function that ends the subscription.
-func (w *regWatch) onStop(id string) (<-chan struct{}, func()) {
-	c := make(chan struct{}, 1)
+// onStop makes w call look whenever a stop request for id may have been
+// made, and every safetyPoll; it returns the function that ends that. The
+// calls are made one at a time, never after end returns, from the watch's
+// own goroutines, so a poll needs no goroutine of its own to wait for a stop
+// request: look must be quick and must not block.
+func (w *regWatch) onStop(id string, look func()) (end func()) {
+	p := &look
 	w.mu.Lock()
 	if w.stops[id] == nil {
-		w.stops[id] = map[chan struct{}]struct{}{}
+		w.stops[id] = map[*func()]struct{}{}
 	}
-	w.stops[id][c] = struct{}{}
+	w.stops[id][p] = struct{}{}
 	w.mu.Unlock()
-	return c, func() {
+	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		delete(w.stops[id], c)
+		delete(w.stops[id], p)
 		if len(w.stops[id]) == 0 {
 			delete(w.stops, id)
+		}
+	}
+}
+
+// safety calls every look each safetyPoll, until the last release.
+func (w *regWatch) safety() {
+	t := time.NewTicker(safetyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-t.C:
+			w.wakeAll()
 		}
 	}
 }
@@ -165,8 +187,8 @@ func (w *regWatch) dispatch(b []byte) {
 			return
 		}
 		if id, ok := strings.CutSuffix(name, stopSuffix); ok {
-			for c := range w.stops[id] {
-				notify(c)
+			for look := range w.stops[id] {
+				(*look)()
 			}
 			continue
 		}
@@ -188,9 +210,9 @@ func (w *regWatch) wakeAll() {
 }
 
 func (w *regWatch) wakeAllLocked() {
-	for _, cs := range w.stops {
-		for c := range cs {
-			notify(c)
+	for _, looks := range w.stops {
+		for look := range looks {
+			(*look)()
 		}
 	}
 	for c := range w.changes {

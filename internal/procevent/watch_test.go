@@ -21,6 +21,9 @@ func received(c <-chan struct{}, d time.Duration) bool {
 // retire touches the stop file's mode, and serve's rescan when a registration
 // appears or goes, but not for the lock files every poll creates and closes.
 func TestRegistryWatchEvents(t *testing.T) {
+	// No safety look during the test: every wake below is an event's.
+	defer func(d time.Duration) { safetyPoll = d }(safetyPoll)
+	safetyPoll = time.Hour
 	dir := t.TempDir()
 	reg, err := os.Open(dir)
 	if err != nil {
@@ -41,9 +44,10 @@ func TestRegistryWatchEvents(t *testing.T) {
 	}
 	w2.release()
 
-	stopA, endA := w.onStop("a")
+	stopA, stopB := make(chan struct{}, 1), make(chan struct{}, 1)
+	endA := w.onStop("a", func() { notify(stopA) })
 	defer endA()
-	stopB, endB := w.onStop("b")
+	endB := w.onStop("b", func() { notify(stopB) })
 	defer endB()
 	changed, endC := w.onChange()
 	defer endC()
@@ -97,5 +101,28 @@ func TestRegistryWatchEvents(t *testing.T) {
 	}
 	if received(stopA, 300*time.Millisecond) {
 		t.Fatal("an ended subscription was woken")
+	}
+}
+
+// [RUN-2] Without any event, the watch still makes every stop watcher look
+// each safetyPoll: a request whose event was lost is seen within that bound.
+func TestRegistryWatchSafetyLook(t *testing.T) {
+	defer func(d time.Duration) { safetyPoll = d }(safetyPoll)
+	safetyPoll = 50 * time.Millisecond
+	reg, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	w, err := watchRegistry(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.release()
+	looked := make(chan struct{}, 1)
+	end := w.onStop("quiet", func() { notify(looked) })
+	defer end()
+	if !received(looked, 10*time.Second) {
+		t.Fatal("no safety look without events")
 	}
 }
