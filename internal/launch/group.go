@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,7 +84,33 @@ var forkMu sync.RWMutex
 // miss a child that is added or removed while it is read; the caller only
 // uses a true answer to choose a faster proof whose final word is still the
 // kernel's group probe.
+//
+// Concurrent callers share one look: a caller takes the answer of a look
+// that started after it asked (so the answer is as fresh as its own look
+// would be), and otherwise makes the look itself. A thousand polls stopped
+// at once make two looks, not a thousand.
 func onlyLeaderChildren() bool {
+	asked := childrenLook.asks.Add(1)
+	childrenLook.mu.Lock()
+	defer childrenLook.mu.Unlock()
+	if childrenLook.started > asked {
+		return childrenLook.answer
+	}
+	childrenLook.started = childrenLook.asks.Add(1)
+	childrenLook.answer = lookOnlyLeaderChildren()
+	return childrenLook.answer
+}
+
+// childrenLook is the shared look of onlyLeaderChildren: asks counts asks and
+// look starts; started is the count when the last look started.
+var childrenLook struct {
+	mu      sync.Mutex
+	asks    atomic.Uint64
+	started uint64
+	answer  bool
+}
+
+func lookOnlyLeaderChildren() bool {
 	forkMu.RLock()
 	defer forkMu.RUnlock()
 	tasks, err := os.ReadDir("/proc/self/task")

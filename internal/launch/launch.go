@@ -713,9 +713,11 @@ type exitState struct {
 // recorded leader identity provable for Cleanup. But the kernel's group
 // probe counts that zombie, so proving a group empty that way means reaping
 // first. That is done when it cannot cost the proof anything (the fast path,
-// which needs no /proc scan): the leader exited on its own, the kernel
-// signals groups through pidfds (Linux 6.9+), and every child of this
-// process is the leader of one of its invocation groups (onlyLeaderChildren).
+// which needs no /proc scan): the leader has exited (on its own, or within
+// termGrace of the TERM, which stop waits for before it looks any further),
+// the kernel signals groups through pidfds (Linux 6.9+), and every child of
+// this process is the leader of one of its invocation groups
+// (onlyLeaderChildren).
 // A member of the group other than the leader is then either a descendant of
 // the leader, and every live or zombie descendant of a dead leader descends
 // from a child of this subreaper that is not such a leader, or a process of
@@ -730,7 +732,21 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		return es, errcode.Wrap(errcode.ProcessCleanupFailed, err, "process group %d could not be proved gone; its owner record is kept", g.pgid)
 	}
 	reaped := false
-	if !terminate && g.groupSignals() && onlyLeaderChildren() {
+	deadline := time.Now().Add(termGrace)
+	if terminate {
+		g.signal(unix.SIGTERM)
+		step("terminating")
+		// Most groups end with their leader: wait for that rather than scan
+		// /proc while they do (with a thousand polls stopped at once, the
+		// scans were what made stopping slow). The proof below is the same.
+		timer := time.NewTimer(termGrace)
+		select {
+		case <-inv.leaderDone:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	if inv.leaderExited() && g.groupSignals() && onlyLeaderChildren() {
 		if _, err := unix.Wait4(g.pgid, &es.WaitStatus, unix.WALL, nil); err != nil {
 			return fail(err)
 		}
@@ -744,11 +760,6 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		// the scan below sees its number pinned by those members.
 		reaped = true
 	}
-	if terminate {
-		g.signal(unix.SIGTERM)
-		step("terminating")
-	}
-	deadline := time.Now().Add(termGrace)
 	killed := false
 	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
 		if reaped && g.empty() {
@@ -804,6 +815,16 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 	}
 	g.close()
 	return es, nil
+}
+
+// leaderExited reports whether the leader has exited (it is not reaped).
+func (inv *invocation) leaderExited() bool {
+	select {
+	case <-inv.leaderDone:
+		return true
+	default:
+		return false
+	}
 }
 
 // drain waits for stdout and stderr to reach end of file, and stdin's writer
