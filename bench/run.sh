@@ -5,16 +5,23 @@
 #   bash bench/run.sh            # or: make bench
 #
 # Environment knobs: ROUNDS (alternating rounds per CLI comparison, 300),
-# SOURCES (serve sources, 200), SECONDS_MEASURED (serve window, 10),
+# SOURCES (serve sources, 200), SOURCES_LARGE (the scale figures, 1000),
+# SECONDS_MEASURED (serve window, 10), BIND_ROUNDS (20), NODE_ROUNDS (20),
 # BENCHTIME (go test -benchtime for the launch/host pieces, 300x).
 #
 # Needs Go and, for everything about invocations, gcc (the trivial compiled
 # entrypoint, internal/host/testdata/floor.c); without gcc those sections are
-# skipped with a note. Every comparison runs fm and its floor alternately in
-# the same process, so load on the machine hits both sides; medians are
-# reported. The two summary lines are time ratios, fm over floor:
-#   digest-vs-sha256sum: <ratio>     (below 1: fm's tree digest is faster)
-#   invoke-vs-bare-exec: <ratio>
+# skipped with a note. The Node figures need node: the script installs the
+# Debian package nodejs when it is missing and it runs as root. Every
+# comparison runs fm and its floor alternately in the same process, so load
+# on the machine hits both sides; medians are reported. The summary repeats
+# every figure, one "name: value" line each (docs/performance.md has the
+# targets):
+#   digest-vs-sha256sum, bind-1000-vs-floor, bind-60m-vs-floor,
+#   invoke-vs-bare-exec, invoke-vs-design-floor, poll-node-overhead-ms,
+#   poll-node-overhead-loaded-ms, serve-captures-per-second,
+#   serve-cpu-per-child-cpu, serve-idle-cpu-percent, serve-idle-rss-kib,
+#   serve-idle-1000-rss-kib, serve-idle-1000-cpu-percent, serve-stop-1000-ms
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,6 +29,16 @@ ROUNDS=${ROUNDS:-300}
 SOURCES=${SOURCES:-200}
 SECONDS_MEASURED=${SECONDS_MEASURED:-10}
 BENCHTIME=${BENCHTIME:-300x}
+SOURCES_LARGE=${SOURCES_LARGE:-1000}
+BIND_ROUNDS=${BIND_ROUNDS:-20}
+NODE_ROUNDS=${NODE_ROUNDS:-20}
+summary=() # "name: value" lines, printed again at the end
+# figure <output>: echo the output and keep its "name: number" figure lines.
+figure() {
+	echo "$1"
+	local l
+	while IFS= read -r l; do summary+=("$l"); done < <(grep -E '^[a-z0-9-]+: -?[0-9.]+( |$)' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve)-' | sed 's/ (.*//')
+}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm-bench.XXXXXX")
 cleanup() {
@@ -61,9 +78,8 @@ line=$(go test -run '^$' -bench 'Scan/4096x16KiB' -benchtime 20x ./internal/pkgt
 echo "$line"
 digest=$(metric "$line" fm/sha256sum-time)
 echo "fm: $(metric "$line" fm-MB/s) MB/s; sha256sum: $(metric "$line" sha256sum-MB/s) MB/s (two sha256sum processes: $(metric "$line" sha256sum-P2-MB/s) MB/s)"
-echo "digest-vs-sha256sum: $digest"
+figure "digest-vs-sha256sum: $digest"
 
-invoke=""
 if ! command -v gcc >/dev/null; then
 	section "invocations: SKIPPED (gcc is not installed; it builds the trivial compiled entrypoint)"
 else
@@ -96,10 +112,14 @@ else
 	echo
 	echo "trivial entrypoint: $(stat -c %s "$tmp/invoke/pkg/bin/floor") bytes (gcc ${floor_flags[*]})"
 
+	section "bind: 1,000 files of 113 bytes in 10 directories vs cp -a + sync -f of the same tree"
+	figure "$("$tmp/fmbench" -fm bin/fm -adapter floor -pkg "$tmp/invoke/pkg" -files 1000 -size 113 -dirs 10 -n "$BIND_ROUNDS" -warm 2 -label bind-1000 bind)"
+	section "bind: 60 files of 1 MiB vs cp -a + sync -f of the same tree"
+	figure "$("$tmp/fmbench" -fm bin/fm -adapter floor -pkg "$tmp/invoke/pkg" -files 60 -size 1048576 -dirs 1 -n "$BIND_ROUNDS" -warm 2 -label bind-60m bind)"
+
 	section "one fm extension process-event ... source.poll (CLI, process start included) vs two bare execs"
-	out=$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -n "$ROUNDS" invoke)
-	echo "$out"
-	invoke=$(sed -n 's/^invoke-vs-bare-exec: //p' <<<"$out")
+	out=$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -n "$ROUNDS" -label poll-static invoke)
+	figure "$out"
 	cli_ms=$(sed -n 's/^invoke: fm process-event: median \([0-9.]*\) ms.*/\1/p' <<<"$out")
 	bare2_ms=$(sed -n 's/^invoke: two bare execs: median \([0-9.]*\) ms.*/\1/p' <<<"$out")
 
@@ -108,6 +128,10 @@ else
 	echo "$bout"
 	startup_ms=$(sed -n 's/^fm-startup: fm start-up and exit: median \([0-9.]*\) ms.*/\1/p' <<<"$bout")
 	barrier_ms=$(sed -n 's/^barrier-overhead: \([0-9.]*\) ms/\1/p' <<<"$bout")
+
+	section "the same call vs its design floor: fm version + 2 barriers (execve of a static exit) + 2 bare execs"
+	gcc "${floor_flags[@]}" -DFLOOR_EXIT -o "$tmp/exit0" internal/host/testdata/floor.c
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" design)"
 
 	section "fm extension list, cold start (fresh process; target under 10 ms)"
 	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -n "$ROUNDS" list
@@ -143,18 +167,36 @@ else
 
 	section "serve with $SOURCES sources: captures per second, adapter answering at once"
 	home=$(mkhome captures -DFLOOR_RESULT)
-	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-captures
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-captures)"
 
 	section "serve with $SOURCES sources: idle long-poll"
 	home=$(mkhome idle -DFLOOR_LONGPOLL)
-	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-idle
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-idle)"
+
+	section "serve with $SOURCES_LARGE sources: idle long-poll (scale)"
+	home=$(mkhome idle-large -DFLOOR_LONGPOLL)
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES_LARGE" -seconds "$SECONDS_MEASURED" -label "$SOURCES_LARGE" serve-idle)"
 fi
 
-section "summary (time ratios, fm over floor)"
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "digest-vs-sha256sum: $digest"
-if [ -n "$invoke" ]; then
-	echo "invoke-vs-bare-exec: $invoke"
-else
-	echo "invoke-vs-bare-exec: skipped (no gcc)"
+if ! command -v node >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	section "installing nodejs (Debian package) for the Node figures"
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs; } >/dev/null 2>&1 || true
 fi
+if ! command -v node >/dev/null; then
+	section "Node poll: SKIPPED (node is not installed)"
+else
+	section "one source.poll with a Node entrypoint (bench/node-adapter) minus two bare execs of it ($(node --version))"
+	d=$tmp/node
+	mkdir -p "$d/home"
+	chmod 700 "$d/home"
+	cp -R bench/node-adapter "$d/pkg"
+	chmod -R go-w "$d/pkg"
+	FM_HOME=$d/home bin/fm extension bind "$d/pkg" --adapter node-floor --trust-same-user-code >/dev/null
+	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm bin/fm -adapter node-floor -n "$NODE_ROUNDS" -label poll-node invoke | grep -v '^invoke-vs-bare-exec')"
+	section "the same with two busy loops competing for the two cores"
+	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm bin/fm -adapter node-floor -n "$NODE_ROUNDS" -busy 2 -label poll-node-overhead-loaded invoke | grep -v '^invoke-vs-bare-exec' | sed 's/^poll-node-overhead-loaded-overhead-ms/poll-node-overhead-loaded-ms/')"
+fi
+
+section "summary (ratios are fm over its floor; see docs/performance.md for the targets)"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%s\n' "${summary[@]}"

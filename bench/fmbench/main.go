@@ -27,6 +27,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
@@ -59,13 +60,15 @@ var (
 	files   = flag.Int("files", 1000, "bind: generated files")
 	size    = flag.Int("size", 113, "bind: bytes per generated file")
 	dirs    = flag.Int("dirs", 10, "bind: directories the generated files are spread over")
-	label   = flag.String("label", "bind", "bind: the name of the printed ratio")
+	label   = flag.String("label", "", "the name (bind, invoke) or suffix (serve-idle) of the printed figures")
+	busy    = flag.Int("busy", 0, "invoke: busy loops (sh processes) competing for the CPU while it is timed")
+	exitBin = flag.String("exit", "", "design: a static binary that exits 0 at once")
 )
 
 func main() {
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle|bind")
+		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle|bind|design")
 		os.Exit(2)
 	}
 	fm, err := filepath.Abs(*fmPath)
@@ -87,6 +90,8 @@ func main() {
 		serveIdle(fm)
 	case "bind":
 		bind(fm)
+	case "design":
+		design(fm)
 	default:
 		fmt.Fprintln(os.Stderr, "fmbench: unknown experiment", flag.Arg(0))
 		os.Exit(2)
@@ -274,9 +279,60 @@ func invoke(fm string) {
 		env:  os.Environ(), want: 75,
 	}
 	hs, inv := f.bare("handshake"), f.bare("invoke")
+	defer busyLoops(*busy)()
 	as, bs, ratios := alternate(call.run, func() time.Duration { return seq(hs, inv) })
 	r := report("invoke", as, bs, ratios, "fm process-event", "two bare execs")
 	fmt.Printf("invoke-vs-bare-exec: %.2f\n", r)
+	diffs := make([]float64, len(as))
+	for i := range as {
+		diffs[i] = float64(as[i]-bs[i]) / 1e6
+	}
+	fmt.Printf("%s-overhead-ms: %.2f\n", cmp.Or(*label, "poll"), median(diffs))
+}
+
+// busyLoops starts n shell busy loops, each in its own process, and returns
+// the function that stops them.
+func busyLoops(n int) func() {
+	var cmds []*exec.Cmd
+	for range n {
+		c := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		check(c.Start())
+		cmds = append(cmds, c)
+	}
+	return func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}
+}
+
+// design: the CLI call against its design floor, the processes the design
+// mandates for one `fm extension process-event … source.poll`, each run and
+// timed here in the same round: one fm start-up (`fm version`), two launch
+// barriers (fm re-executed in its hidden mode, released at once, execve of a
+// static binary that exits at once: -exit), and the two bare execs of the
+// entrypoint (handshake, invoke).
+func design(fm string) {
+	f := setup()
+	call := proc{
+		argv: []string{fm, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench"},
+		env:  os.Environ(), want: 75,
+	}
+	released := func() []*os.File {
+		r, w, err := os.Pipe()
+		check(err)
+		_, err = w.Write([]byte{'G'})
+		check(err)
+		w.Close()
+		return []*os.File{r}
+	}
+	version := proc{argv: []string{fm, "version"}, env: os.Environ()}
+	bar := proc{argv: []string{fm, launch.BarrierArg, *exitBin, "invoke"}, env: f.env, dir: f.dir, extra: released}
+	hs, inv := f.bare("handshake"), f.bare("invoke")
+	as, bs, ratios := alternate(call.run, func() time.Duration { return seq(version, bar, bar, hs, inv) })
+	r := report("design", as, bs, ratios, "fm process-event", "design floor (fm version + 2 barriers + 2 bare execs)")
+	fmt.Printf("invoke-vs-design-floor: %.2f\n", r)
 }
 
 // compare: one process-event call by fm against one by fm2, alternately (for
@@ -443,6 +499,7 @@ func serveCaptures(fm string) {
 	fmt.Printf("serve-captures-per-second: %.1f\n", float64(c1-c0)/d)
 	fmt.Printf("serve-captures: serve CPU %.0f%% of one core, its barriers and entrypoints %.0f%%; RSS %d KiB, %d threads; stopped in %s\n",
 		100*float64(s1-s0)/ticksPerSecond/d, 100*float64(ch1-ch0)/ticksPerSecond/d, rss, threads, ms(stopped))
+	fmt.Printf("serve-cpu-per-child-cpu: %.2f\n", float64(s1-s0)/float64(max(ch1-ch0, 1)))
 }
 
 // serveIdle: serve with -sources registered sources of an adapter that
@@ -481,11 +538,17 @@ func serveIdle(fm string) {
 	rss, threads := status(pid)
 	kids, n := descendantsRSS(pid)
 	stopped := sp.stop()
-	fmt.Printf("serve-idle: %d sources, every poll in flight (long-poll), measured %.1f s\n", *sources, d)
-	fmt.Printf("serve-idle-rss-kib: %d\n", rss)
-	fmt.Printf("serve-idle-cpu-percent: %.2f\n", 100*float64(s1-s0)/ticksPerSecond/d)
-	fmt.Printf("serve-idle: %d threads; reaped children's CPU %.2f%%; %d entrypoint processes, %d KiB RSS in all; stopped (TERM, every group proved gone) in %s\n",
-		threads, 100*float64(ch1-ch0)/ticksPerSecond/d, n, kids, ms(stopped))
+	// -label 1000 names the figures serve-idle-1000-rss-kib, serve-stop-1000-ms, ...
+	suffix := ""
+	if *label != "" {
+		suffix = "-" + *label
+	}
+	fmt.Printf("serve-idle%s: %d sources, every poll in flight (long-poll), measured %.1f s\n", suffix, *sources, d)
+	fmt.Printf("serve-idle%s-rss-kib: %d\n", suffix, rss)
+	fmt.Printf("serve-idle%s-cpu-percent: %.2f\n", suffix, 100*float64(s1-s0)/ticksPerSecond/d)
+	fmt.Printf("serve-idle%s: %d threads; reaped children's CPU %.2f%%; %d entrypoint processes, %d KiB RSS in all\n",
+		suffix, threads, 100*float64(ch1-ch0)/ticksPerSecond/d, n, kids)
+	fmt.Printf("serve-stop%s-ms: %.0f (TERM until serve exited, every group proved gone)\n", suffix, float64(stopped)/1e6)
 }
 
 // bind: `fm extension bind` of the floor package extended with -files
@@ -537,8 +600,9 @@ func bind(fm string) {
 		return d
 	}
 	as, bs, ratios := alternate(bindOnce, floorOnce)
-	r := report(*label, as, bs, ratios, fmt.Sprintf("fm extension bind (%d files of %d bytes)", *files, *size), "cp -a + sync -f")
-	fmt.Printf("%s-vs-floor: %.2f\n", *label, r)
+	name := cmp.Or(*label, "bind")
+	r := report(name, as, bs, ratios, fmt.Sprintf("fm extension bind (%d files of %d bytes)", *files, *size), "cp -a + sync -f")
+	fmt.Printf("%s-vs-floor: %.2f\n", name, r)
 }
 
 // removeTree removes a tree that may hold a sealed (0555) store.
