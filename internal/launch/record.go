@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -437,7 +438,42 @@ func (d *recordDir) write(name string, rec *Record) error {
 		_ = unix.Unlinkat(d.fd, tmp, 0)
 		return errcode.Wrap(errcode.Internal, err, "write invocation record %s", filepath.Join(d.path, name))
 	}
+	mine := ownRecord{rec: *rec}
+	mine.rec.Path = filepath.Join(d.path, name)
+	if unix.Fstatat(d.fd, name, &mine.st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		own.Store(mine.rec.Path, mine)
+	}
 	return nil
+}
+
+// own holds the records this process wrote and has not removed, by path, with
+// the file's identity once published: list takes a record from here instead
+// of reading it back while the file at that name is still exactly the one
+// written (same inode, same change time; any write, chmod or rename of it
+// changes the latter). Every runner's pre-poll check lists the home's
+// records; in a serve with hundreds of sources, reading every one of them
+// back for every poll was most of its file reads.
+var own sync.Map // string -> ownRecord
+
+type ownRecord struct {
+	rec Record
+	st  unix.Stat_t
+}
+
+// mine returns the record at name if this process wrote it and the file is
+// unchanged since.
+func (d *recordDir) mine(name string) (Record, bool) {
+	v, ok := own.Load(filepath.Join(d.path, name))
+	if !ok {
+		return Record{}, false
+	}
+	o := v.(ownRecord)
+	var st unix.Stat_t
+	if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		st.Dev != o.st.Dev || st.Ino != o.st.Ino || st.Ctim != o.st.Ctim || st.Size != o.st.Size || st.Nlink != 1 {
+		return Record{}, false
+	}
+	return o.rec, true
 }
 
 // publish renames the written temporary file tmp to name. A record already
@@ -488,6 +524,7 @@ func (d *recordDir) removeErr(name string) error {
 // write, it does not fsync: a record that reappears after a machine crash
 // names an earlier boot, and Cleanup clears it.
 func (d *recordDir) remove(name string) (bool, error) {
+	own.Delete(filepath.Join(d.path, name))
 	err := unix.Unlinkat(d.fd, name, 0)
 	if err == unix.ENOENT {
 		return false, nil
@@ -622,15 +659,19 @@ func (d *recordDir) list() ([]Record, error) {
 	hosts := map[Identity]bool{self: true} // this process is alive; others are looked up once
 	var out []Record
 	for _, name := range names {
-		rec, err := d.read(name)
-		if errors.Is(err, unix.ENOENT) {
-			continue // removed since the scan: its invocation ended
-		}
-		if err != nil && !strings.HasPrefix(name, bootPrefix(boot)) {
-			continue // debris of an earlier boot: it owns nothing (Cleanup removes it)
-		}
-		if err != nil {
-			return nil, err
+		rec, ok := d.mine(name)
+		if !ok {
+			var err error
+			rec, err = d.read(name)
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed since the scan: its invocation ended
+			}
+			if err != nil && !strings.HasPrefix(name, bootPrefix(boot)) {
+				continue // debris of an earlier boot: it owns nothing (Cleanup removes it)
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		live, seen := hosts[rec.Host]
 		if !seen {
