@@ -11,6 +11,7 @@ import (
 
 	"firstmate.dev/fm/examples/go-adapter/dirsignal"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
 )
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
-	removeBuiltFM() // the fm that fmBinary (fm_test.go) may have built
+	testpkg.RemoveBuiltFM() // the fm that testpkg.FM may have built
 	os.Exit(code)
 }
 

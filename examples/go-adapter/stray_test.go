@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"firstmate.dev/fm/examples/go-adapter/dirsignal"
+	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
 )
@@ -35,7 +36,7 @@ func (n noisy) Poll(ctx context.Context, call *adapter.Call, in adapter.PollInpu
 // byte through the real fm: Serve keeps fd 1 off the response channel, and
 // the stray lines land on the package's stderr, which fm discards.
 func TestStrayStdoutUnderRealFM(t *testing.T) {
-	h := adaptertest.NewHome(t, fmBinary(t))
+	h := adaptertest.NewHome(t, testpkg.FM(t))
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
