@@ -252,6 +252,26 @@
 // hard links, nothing group- or world-writable). Binding copies it into the
 // home; rebuild and bind a new version to change it.
 //
+// # Depending on the SDK from your own module
+//
+// The SDK is the package firstmate.dev/fm/pkg/adapter of the module
+// firstmate.dev/fm. Until that module is published, an adapter in its own
+// repository requires it and replaces it with a checkout of fm:
+//
+//	go mod init example.com/my-adapter
+//	go mod edit -require=firstmate.dev/fm@v0.0.0 -replace=firstmate.dev/fm=/src/fm
+//	cp /src/fm/go.sum .
+//	go mod tidy
+//	go build -trimpath -o /opt/my-adapter/bin/firstmate-extension .
+//
+// The SDK needs only github.com/go-json-experiment/json and golang.org/x/sys,
+// at the versions fm's go.mod names. On a machine without network access they
+// must be in the module cache already (any earlier build of fm puts them
+// there) and their checksums in your go.sum, which copying fm's go.sum gives
+// you without asking the checksum database; then build with
+// GOFLAGS=-mod=mod GOPROXY=off. When the module is published, drop the
+// replace directive and require a version.
+//
 // # Testing
 //
 // Package adaptertest runs a Handler in-process the way the host runs the
