@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 
 // entrypoint returns a command that runs main() as the host does: argv
 // [entrypoint, verb], working directory = a package root, and the exact
-// minimal environment of CONTRACT [INV-3] (plus the re-exec switch).
+// minimal environment of spec [INV-3] (plus the re-exec switch).
 func entrypoint(t *testing.T, verb string, stdin []byte, state string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()

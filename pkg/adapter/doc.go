@@ -10,7 +10,8 @@
 // environment. The entrypoint writes one JSON document to stdout and exits.
 // This package does all of that protocol work; you write a Handler and call
 // Serve from main. docs/protocol.md in the fm repository describes the wire
-// protocol for authors in any language.
+// protocol for authors in any language; clause ids such as [RID-1] in this
+// documentation ("spec [RID-1]") are defined in its docs/spec.md.
 //
 // # What you implement
 //
@@ -110,7 +111,7 @@
 //   - Make Poll idempotent on the request id. Every poll of a source carries
 //     the same request id until the host has durably captured something for
 //     that source (your output, or failure evidence), and only then moves to
-//     a new id (CONTRACT [RID-1]). So you see a repeated id after a no-result
+//     a new id (spec [RID-1]). So you see a repeated id after a no-result
 //     answer, and after the host stopped or crashed before capturing your
 //     answer. If your poll consumes an event, a repeated id must get the same
 //     answer back, or the event is lost. Replay does this.

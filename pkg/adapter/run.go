@@ -68,7 +68,7 @@ func (id Identity) Validate() error {
 }
 
 // Env is the part of the process environment the host defines
-// (CONTRACT [INV-3]). Nothing else of the operator's environment is passed.
+// (spec [INV-3]). Nothing else of the operator's environment is passed.
 type Env struct {
 	ExtensionID      string // FIRSTMATE_EXTENSION_ID
 	ExtensionVersion string // FIRSTMATE_EXTENSION_VERSION

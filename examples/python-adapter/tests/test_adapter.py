@@ -260,6 +260,22 @@ class Poll(unittest.TestCase):
         self.put("exact", b"x" * fmadapter.MAX_OUTPUT)
         self.assertEqual(len(self.poll()["result"]["output"]), fmadapter.MAX_OUTPUT)
 
+    def test_a_name_that_is_not_utf8_is_set_aside(self):
+        with open(os.path.join(os.fsencode(self.spool), b"caf\xe9"), "wb") as f:
+            f.write(b"x")
+        self.put("z", b"after it")
+        self.assertEqual(self.poll()["error"]["code"], "invalid-request")
+        self.assertTrue(os.path.exists(os.path.join(os.fsencode(self.spool), b".rejected.caf\xe9")))
+        self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "after it")
+
+    def test_a_directory_or_fifo_is_set_aside(self):
+        os.mkdir(os.path.join(self.spool, "d"))
+        os.mkfifo(os.path.join(self.spool, "f"))
+        for name in ("d", "f"):
+            with self.subTest(name):
+                self.assertEqual(self.poll()["error"]["code"], "invalid-request")
+                self.assertTrue(os.path.lexists(os.path.join(self.spool, ".rejected." + name)))
+
     def test_a_symlink_is_set_aside(self):
         os.symlink("/etc/passwd", os.path.join(self.spool, "link"))
         self.assertEqual(self.poll()["error"]["code"], "invalid-request")
