@@ -318,7 +318,7 @@ func TestContribServiceFiles(t *testing.T) {
 	}
 }
 
-// [CLI-3] docs/conformance.md is what scripts/conformance.sh generates from
+// docs/conformance.md is what scripts/conformance.sh generates from
 // docs/spec.md and the tests as committed, and no clause that spec.md defines
 // is without a test (so a clause that nothing proves fails here).
 func TestConformanceTableIsCurrent(t *testing.T) {
@@ -383,7 +383,7 @@ func specClauses(t *testing.T) []string {
 	return ids
 }
 
-// [CLI-3] The project stands on its own: every clause id cited anywhere in
+// The project stands on its own: every clause id cited anywhere in
 // the repository (Go files, Markdown pages, testscript files; spec.md's own
 // cross-references included) is defined in docs/spec.md, and every clause
 // spec.md defines is cited somewhere outside it (TestConformanceTableIsCurrent
