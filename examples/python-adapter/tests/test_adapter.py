@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -288,6 +289,18 @@ class Poll(unittest.TestCase):
         self.assertTrue(resp["error"]["retryable"])
 
 
+def catches_sigterm(pid):
+    """Whether process pid has a handler for SIGTERM (Linux: SigCgt)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return int(line.split()[1], 16) & (1 << (15 - 1)) != 0
+    except OSError:
+        pass
+    return False
+
+
 class Entrypoint(unittest.TestCase):
     """The entrypoint run as the host runs it: argv [entrypoint, verb], the
     exact minimal environment, a read-only copy of the package as working
@@ -338,6 +351,30 @@ class Entrypoint(unittest.TestCase):
         self.assertEqual(resp["result"], {"status": "result", "output": "from a read-only package\n"})
         self.assertEqual(resp["request_id"], RID)
         self.assertFalse(os.path.exists(os.path.join(self.pkg, "lib", "__pycache__")))
+
+    def test_sigterm_ends_a_long_poll_with_no_result(self):
+        spool = tempfile.mkdtemp(dir=self.tmp)
+        req = request("source.poll", {"source_id": "s2", "config_ref": "dir:" + spool}, rid="sha256:" + "3" * 64)
+        env = {"PATH": HOST_PATH, "LANG": "C", "LC_ALL": "C", "FIRSTMATE_EXTENSION_ID": ID,
+               "FIRSTMATE_EXTENSION_VERSION": "1.0.0", "FIRSTMATE_EXTENSION_STATE": self.state}
+        p = subprocess.Popen(["bin/firstmate-extension", "invoke"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=self.pkg, env=env)
+        p.stdin.write(fmadapter.canonical(req))
+        p.stdin.close()
+        p.stdin = None
+        deadline = time.monotonic() + 20
+        while not catches_sigterm(p.pid):  # wait until serve() has installed its handler
+            self.assertIsNone(p.poll(), "the poll ended before its 25 s wait")
+            self.assertLess(time.monotonic(), deadline, "the entrypoint never caught SIGTERM")
+            time.sleep(0.05)
+        time.sleep(0.3)
+        self.assertIsNone(p.poll(), "the poll ended before its 25 s wait")
+        started = time.monotonic()
+        p.terminate()
+        out, _ = p.communicate(timeout=10)
+        self.assertLess(time.monotonic() - started, 5)
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(fmadapter.strict_loads(out)["result"], {"status": "no-result", "output": ""})
 
     def test_refusals_write_nothing_on_stdout(self):
         cases = {
