@@ -222,7 +222,8 @@ func TestRelativeLinksResolve(t *testing.T) {
 	}
 }
 
-// anchors returns the GitHub anchors of the headings of a Markdown page.
+// anchors returns the GitHub anchors of the headings of a Markdown page, and
+// its explicit <a id="…"></a> anchors.
 func anchors(t *testing.T, page string) []string {
 	data, err := os.ReadFile(page)
 	if err != nil {
@@ -255,8 +256,15 @@ func anchors(t *testing.T, page string) []string {
 		seen[b.String()]++
 		out = append(out, a)
 	}
+	// Explicit anchors, as docs/spec.md gives each clause.
+	for _, m := range htmlAnchor.FindAllStringSubmatch(string(data), -1) {
+		out = append(out, m[1])
+	}
 	return out
 }
+
+// htmlAnchor is an explicit anchor in a Markdown page.
+var htmlAnchor = regexp.MustCompile(`<a id="([^"]+)"></a>`)
 
 // The service files in contrib/ run serve the way docs/configuration.md
 // describes: the systemd user unit stops serve with SIGTERM to serve alone
@@ -310,16 +318,10 @@ func TestContribServiceFiles(t *testing.T) {
 	}
 }
 
-// docs/conformance.md is what scripts/conformance.sh generates from the tests
-// as committed, and no clause of the contract is without a test.
+// docs/conformance.md is what scripts/conformance.sh generates from
+// docs/spec.md and the tests as committed, and no clause that spec.md defines
+// is without a test (so a clause that nothing proves fails here).
 func TestConformanceTableIsCurrent(t *testing.T) {
-	contract, err := filepath.Abs("../../shared/spec/CONTRACT.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(contract); err != nil {
-		t.Skip("the contract is not beside this clone:", err)
-	}
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is missing")
 	}
@@ -327,7 +329,7 @@ func TestConformanceTableIsCurrent(t *testing.T) {
 		t.Skip("not a git work tree")
 	}
 	out := filepath.Join(t.TempDir(), "conformance.md")
-	cmd := exec.Command("bash", "../scripts/conformance.sh", contract)
+	cmd := exec.Command("bash", "../scripts/conformance.sh")
 	cmd.Env = append(os.Environ(), "OUT="+out)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("conformance.sh: %v\n%s", err, msg)
@@ -338,6 +340,94 @@ func TestConformanceTableIsCurrent(t *testing.T) {
 		t.Errorf("docs/conformance.md is stale: run bash scripts/conformance.sh")
 	}
 	if n := strings.Count(string(want), "**none yet**"); n > 0 {
-		t.Errorf("%d contract clauses have no test", n)
+		t.Errorf("%d clauses of docs/spec.md have no test", n)
+	}
+	if n, m := strings.Count(string(want), "\n| [`["), len(specClauses(t)); n != m {
+		t.Errorf("docs/conformance.md has %d rows, docs/spec.md defines %d clauses", n, m)
+	}
+}
+
+// clauseID is a clause id as code, tests and docs cite it.
+var clauseID = regexp.MustCompile(`\[([A-Z]+-[0-9]+)\]`)
+
+// specDefinition is a definition line of docs/spec.md: "- **[ID]**", then
+// the anchor that conformance.md links to.
+var specDefinition = regexp.MustCompile(`(?m)^- \*\*\[([A-Z]+-[0-9]+)\]\*\* <a id="([a-z0-9-]+)"></a>`)
+
+// specClauses returns the clause ids docs/spec.md defines, in order, failing
+// the test on a definition line without its anchor or a duplicate.
+func specClauses(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("spec.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range regexp.MustCompile(`(?m)^- \*\*\[[^\n]*`).FindAllString(string(data), -1) {
+		m := specDefinition.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("docs/spec.md: %.60q is not a definition `- **[ID]** <a id=\"id\"></a>`", line)
+			continue
+		}
+		if m[2] != strings.ToLower(m[1]) {
+			t.Errorf("docs/spec.md: [%s] has the anchor %q, want %q", m[1], m[2], strings.ToLower(m[1]))
+		}
+		if slices.Contains(ids, m[1]) {
+			t.Errorf("docs/spec.md defines [%s] twice", m[1])
+		}
+		ids = append(ids, m[1])
+	}
+	if len(ids) < 50 {
+		t.Fatalf("docs/spec.md defines only %d clauses; is the pattern broken?", len(ids))
+	}
+	return ids
+}
+
+// The project stands on its own: every clause id cited anywhere in
+// the repository (Go files, Markdown pages, testscript files; spec.md's own
+// cross-references included) is defined in docs/spec.md, and every clause
+// spec.md defines is cited somewhere outside it (TestConformanceTableIsCurrent
+// further demands a test for each).
+func TestEveryCitedClauseIsDefined(t *testing.T) {
+	defined := specClauses(t)
+	cited := map[string][]string{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !(strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".md") || strings.HasSuffix(path, ".txtar")) {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		for _, m := range clauseID.FindAllStringSubmatch(string(data), -1) {
+			if !slices.Contains(cited[m[1]], rel) {
+				cited[m[1]] = append(cited[m[1]], rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cited) < 50 {
+		t.Fatalf("found only %d cited clauses; is the walk broken?", len(cited))
+	}
+	for id, files := range cited {
+		if !slices.Contains(defined, id) {
+			t.Errorf("[%s] is cited in %s but not defined in docs/spec.md: add a line `- **[%s]** <a id=%q></a>…`",
+				id, strings.Join(files, ", "), id, strings.ToLower(id))
+		}
+	}
+	for _, id := range defined {
+		if !slices.ContainsFunc(cited[id], func(f string) bool { return f != filepath.Join("docs", "spec.md") }) {
+			t.Errorf("docs/spec.md defines [%s], which nothing else cites", id)
+		}
 	}
 }

@@ -114,10 +114,11 @@ func TestProtocolDocEnvelopeKeys(t *testing.T) {
 	}
 }
 
-// [EX-2] [PROTO-2] [INV-2] The POSIX sh adapter of protocol.md §12, with
-// the manifest of §1 as §12 says, binds through the real host (a live
-// handshake) and answers an invoke; and the hand-run handshake request of
-// §14 gets an answer the host accepts.
+// [EX-2] [PROTO-2] [INV-2] [INV-3] The POSIX sh adapter of protocol.md §12,
+// with the manifest of §1 as §12 says, binds through the real host (a live
+// handshake) and answers an invoke; and the hand-run handshake and invoke
+// requests of §14, run as §14 says (from the installed copy, in exactly the
+// host's environment, which §14 spells out), get answers the host accepts.
 func TestProtocolDocExamplesRun(t *testing.T) {
 	data, err := os.ReadFile("protocol.md")
 	if err != nil {
@@ -176,22 +177,56 @@ func TestProtocolDocExamplesRun(t *testing.T) {
 		t.Fatalf("classify answered %#v", res)
 	}
 
-	m := regexp.MustCompile(`printf '%s' '(\{.*\})' \|`).FindStringSubmatch(section(t, doc, "## 14. "))
-	if m == nil {
-		t.Fatal("protocol.md §14 has no hand-run handshake request")
+	// §14 by hand: both requests, run from the installed copy with exactly
+	// the environment the host gives, as the page says.
+	s14 := section(t, doc, "## 14. ")
+	if !strings.Contains(s14, "env -i PATH="+host.SystemPath+" LANG=C LC_ALL=C") {
+		t.Errorf("protocol.md §14 does not give the host's PATH %s", host.SystemPath)
 	}
-	var req protocol.HandshakeRequest
-	if err := json.Unmarshal([]byte(m[1]), &req); err != nil {
+	reqs := regexp.MustCompile(`printf '%s' '(\{.*\})' \|`).FindAllStringSubmatch(s14, -1)
+	if len(reqs) != 2 {
+		t.Fatalf("protocol.md §14 has %d hand-run requests, want a handshake and an invoke", len(reqs))
+	}
+	env, err := host.Environment(h, &b.Record)
+	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(entry, "handshake")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "LC_ALL=C"}
-	cmd.Stdin = strings.NewReader(m[1])
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the §14 handshake: %v", err)
+	for _, v := range env {
+		name, _, _ := strings.Cut(v, "=")
+		if !strings.Contains(s14, name+"=") {
+			t.Errorf("protocol.md §14 does not set %s", name)
+		}
 	}
-	if err := protocol.CheckHandshake(out, &req); err != nil {
-		t.Fatalf("the §14 handshake answer %s: %v", out, err)
+	run := func(verb, stdin string) []byte {
+		t.Helper()
+		cmd := exec.Command("./"+b.Record.Entrypoint, verb)
+		cmd.Dir = b.Record.PackageRoot
+		cmd.Env = env
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("the §14 %s from the installed copy: %v", verb, err)
+		}
+		return out
+	}
+	var hreq protocol.HandshakeRequest
+	if err := json.Unmarshal([]byte(reqs[0][1]), &hreq); err != nil {
+		t.Fatal(err)
+	}
+	if err := protocol.CheckHandshake(run("handshake", reqs[0][1]), &hreq); err != nil {
+		t.Fatalf("the §14 handshake answer: %v", err)
+	}
+	var ireq protocol.Request
+	if err := json.Unmarshal([]byte(reqs[1][1]), &ireq); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := protocol.CheckResponse(run("invoke", reqs[1][1]), ireq.RequestID)
+	if err != nil {
+		t.Fatalf("the §14 invoke answer: %v", err)
+	}
+	if res, err := protocol.DecodeResult(ireq.Operation, raw); err != nil {
+		t.Fatalf("the §14 invoke result: %v", err)
+	} else if c, ok := res.(*protocol.ClassifyResult); !ok || c.Classification != "tick" {
+		t.Fatalf("the §14 invoke answered %#v", res)
 	}
 }

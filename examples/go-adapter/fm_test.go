@@ -1,74 +1,15 @@
 package main
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"firstmate.dev/fm/examples/go-adapter/dirsignal"
+	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
 )
-
-// builtFM is the fm binary built once for this test binary when
-// FM_TEST_BIN is not set; TestMain removes it.
-var builtFM struct {
-	once sync.Once
-	dir  string // temp directory holding bin/fm
-	path string
-	skip string // why fm cannot be built here
-	err  error
-}
-
-// fmBinary returns the fm to test against: $FM_TEST_BIN when set (as
-// scripts/test-unprivileged.sh does), else fm built once from this module
-// with the Go toolchain in PATH (`go test` puts its own first), else it
-// skips the test.
-func fmBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FM_TEST_BIN"); p != "" {
-		return p
-	}
-	builtFM.once.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			builtFM.skip = "no FM_TEST_BIN and no Go toolchain in PATH to build fm"
-			return
-		}
-		dir, err := os.MkdirTemp("", "fm-bin-")
-		if err != nil {
-			builtFM.err = err
-			return
-		}
-		builtFM.dir = dir
-		builtFM.path = filepath.Join(dir, "bin", "fm")
-		if err := os.Mkdir(filepath.Dir(builtFM.path), 0o755); err != nil {
-			builtFM.err = err
-			return
-		}
-		out, err := exec.Command(goTool, "build", "-o", builtFM.path, "firstmate.dev/fm/cmd/fm").CombinedOutput()
-		if err != nil {
-			builtFM.err = fmt.Errorf("go build firstmate.dev/fm/cmd/fm: %v\n%s", err, out)
-		}
-	})
-	if builtFM.skip != "" {
-		t.Skip(builtFM.skip)
-	}
-	if builtFM.err != nil {
-		t.Fatal(builtFM.err)
-	}
-	return builtFM.path
-}
-
-// removeBuiltFM removes the fm that fmBinary built, if any.
-func removeBuiltFM() {
-	if builtFM.dir != "" {
-		os.RemoveAll(builtFM.dir)
-	}
-}
 
 // [EX-2] the SDK-built adapter under a real fm binary, driven only through
 // the public adaptertest.Home (os/exec, no internal package): bind with a
@@ -78,7 +19,7 @@ func removeBuiltFM() {
 // entrypoint is this test binary (TestMain serves when run as
 // bin/firstmate-extension), so nothing but fm is built.
 func TestRealFMEndToEnd(t *testing.T) {
-	h := adaptertest.NewHome(t, fmBinary(t))
+	h := adaptertest.NewHome(t, testpkg.FM(t))
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"firstmate.dev/fm/examples/go-adapter/dirsignal"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
 )
@@ -25,18 +26,21 @@ func TestMain(m *testing.M) {
 	// entrypoint and runs it through the real host, whose launch barrier
 	// re-executes this binary first.
 	launch.MaybeBarrier()
+	if filepath.Base(os.Args[0]) == noisyName {
+		adapter.Serve(noisy{dirsignal.New()})
+	}
 	if os.Getenv(asEntrypoint) == "1" || filepath.Base(os.Args[0]) == "firstmate-extension" {
 		main()
 		return
 	}
 	code := m.Run()
-	removeBuiltFM() // the fm that fmBinary (fm_test.go) may have built
+	testpkg.RemoveBuiltFM() // the fm that testpkg.FM may have built
 	os.Exit(code)
 }
 
 // entrypoint returns a command that runs main() as the host does: argv
 // [entrypoint, verb], working directory = a package root, and the exact
-// minimal environment of CONTRACT [INV-3] (plus the re-exec switch).
+// minimal environment of spec [INV-3] (plus the re-exec switch).
 func entrypoint(t *testing.T, verb string, stdin []byte, state string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()

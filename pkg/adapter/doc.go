@@ -10,7 +10,8 @@
 // environment. The entrypoint writes one JSON document to stdout and exits.
 // This package does all of that protocol work; you write a Handler and call
 // Serve from main. docs/protocol.md in the fm repository describes the wire
-// protocol for authors in any language.
+// protocol for authors in any language; clause ids such as [RID-1] in this
+// documentation ("spec [RID-1]") are defined in its docs/spec.md.
 //
 // # What you implement
 //
@@ -90,7 +91,13 @@
 //
 // # Rules for the author
 //
-//   - Never write to stdout: it carries the one response document. Logs go to
+//   - Never write to stdout: on the wire it carries the one response
+//     document. Serve protects you from a slip: while your code runs, fd 1
+//     and os.Stdout point at stderr and the response goes out on a private
+//     descriptor, so a stray fmt.Println becomes a line of stderr instead of
+//     a broken response (a program that bypasses Serve has no such guard).
+//     adaptertest fails a test whose handler writes to os.Stdout all the
+//     same, because those bytes count against the stderr bound. Logs go to
 //     stderr, preferably through Call.Logf. The host counts stderr, refuses
 //     more than 8,192 bytes (failing the invocation), and discards it without
 //     showing it. Logf keeps the SDK's own writing within LogBudget bytes.
@@ -104,7 +111,7 @@
 //   - Make Poll idempotent on the request id. Every poll of a source carries
 //     the same request id until the host has durably captured something for
 //     that source (your output, or failure evidence), and only then moves to
-//     a new id (CONTRACT [RID-1]). So you see a repeated id after a no-result
+//     a new id (spec [RID-1]). So you see a repeated id after a no-result
 //     answer, and after the host stopped or crashed before capturing your
 //     answer. If your poll consumes an event, a repeated id must get the same
 //     answer back, or the event is lost. Replay does this.
@@ -245,6 +252,26 @@
 // The package must hold only regular files and directories (no symlinks, no
 // hard links, nothing group- or world-writable). Binding copies it into the
 // home; rebuild and bind a new version to change it.
+//
+// # Depending on the SDK from your own module
+//
+// The SDK is the package firstmate.dev/fm/pkg/adapter of the module
+// firstmate.dev/fm. Until that module is published, an adapter in its own
+// repository requires it and replaces it with a checkout of fm:
+//
+//	go mod init example.com/my-adapter
+//	go mod edit -require=firstmate.dev/fm@v0.0.0 -replace=firstmate.dev/fm=/src/fm
+//	cp /src/fm/go.sum .
+//	go mod tidy
+//	go build -trimpath -o /opt/my-adapter/bin/firstmate-extension .
+//
+// The SDK needs only github.com/go-json-experiment/json and golang.org/x/sys,
+// at the versions fm's go.mod names. On a machine without network access they
+// must be in the module cache already (any earlier build of fm puts them
+// there) and their checksums in your go.sum, which copying fm's go.sum gives
+// you without asking the checksum database; then build with
+// GOFLAGS=-mod=mod GOPROXY=off. When the module is published, drop the
+// replace directive and require a version.
 //
 // # Testing
 //

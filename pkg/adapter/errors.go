@@ -12,7 +12,7 @@ import (
 )
 
 // Code is one of the five error codes a package may answer with
-// (CONTRACT [PROTO-4]). The host reports a package failure as
+// (spec [PROTO-4]). The host reports a package failure as
 // extension-<code>.
 type Code string
 

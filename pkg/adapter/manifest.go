@@ -8,14 +8,14 @@ import (
 )
 
 // ManifestFile is the manifest's name at the package root, and
-// ManifestSchema its schema string (CONTRACT §3).
+// ManifestSchema its schema string (spec §3).
 const (
 	ManifestFile   = "firstmate-extension.json"
 	ManifestSchema = "firstmate.extension-manifest.v1"
 )
 
 // Manifest is firstmate-extension.json. Every key is required and no other is
-// accepted (CONTRACT [MAN-1]).
+// accepted (spec [MAN-1]).
 type Manifest struct {
 	Schema           string               `json:"schema"`
 	ID               string               `json:"id"`
@@ -34,7 +34,7 @@ type ManifestCapability struct {
 }
 
 // DecodeManifest strictly parses and validates a manifest the way the host's
-// bind does (CONTRACT [MAN-1]..[MAN-5]), except that it cannot check that the
+// bind does (spec [MAN-1]..[MAN-5]), except that it cannot check that the
 // entrypoint exists in a tree.
 func DecodeManifest(data []byte) (*Manifest, error) {
 	m, err := manifest.Parse(data, "manifest")
@@ -56,7 +56,7 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	}, nil
 }
 
-// Validate checks the manifest rules of CONTRACT [MAN-1]..[MAN-5].
+// Validate checks the manifest rules of spec [MAN-1]..[MAN-5].
 func (m *Manifest) Validate() error {
 	caps := make([]manifest.Capability, len(m.Capabilities))
 	for i, c := range m.Capabilities {

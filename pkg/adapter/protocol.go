@@ -10,7 +10,7 @@ import (
 	"firstmate.dev/fm/internal/protocol"
 )
 
-// Schema strings of the envelopes (CONTRACT [PROTO-1]..[PROTO-4]).
+// Schema strings of the envelopes (spec [PROTO-1]..[PROTO-4]).
 const (
 	HandshakeRequestSchema  = "firstmate.extension-handshake-request.v1"
 	HandshakeResponseSchema = "firstmate.extension-handshake-response.v1"
@@ -26,7 +26,7 @@ const (
 	CapabilityVersion = 1
 )
 
-// The four operations of process-event-adapter/1 (CONTRACT §9).
+// The four operations of process-event-adapter/1 (spec §9).
 const (
 	OpPoll     = "source.poll"
 	OpClassify = "result.classify"
@@ -57,7 +57,7 @@ const (
 )
 
 // HandshakeRequest is what the host sends on stdin with the verb handshake
-// (CONTRACT [PROTO-1]). Every key is required; no other key is accepted.
+// (spec [PROTO-1]). Every key is required; no other key is accepted.
 type HandshakeRequest struct {
 	// Schema is always HandshakeRequestSchema.
 	Schema string `json:"schema"`
@@ -87,7 +87,7 @@ type HandshakeCapability struct {
 }
 
 // HandshakeResponse is the one document the entrypoint writes to stdout for a
-// handshake (CONTRACT [PROTO-2]). It has no error member: a package that
+// handshake (spec [PROTO-2]). It has no error member: a package that
 // refuses a handshake writes nothing and exits non-zero.
 type HandshakeResponse struct {
 	Schema            string   `json:"schema"`             // HandshakeResponseSchema
@@ -101,7 +101,7 @@ type HandshakeResponse struct {
 }
 
 // Request is what the host sends on stdin with the verb invoke
-// (CONTRACT [PROTO-3]). Input holds the operation's input object as raw JSON;
+// (spec [PROTO-3]). Input holds the operation's input object as raw JSON;
 // decode it with PollInput or ResultInput.
 type Request struct {
 	Schema            string         `json:"schema"`     // RequestSchema
@@ -118,7 +118,7 @@ type Request struct {
 }
 
 // Response is the one document the entrypoint writes to stdout for an invoke
-// (CONTRACT [PROTO-4]). With OK true, Result is a JSON object and Error is nil;
+// (spec [PROTO-4]). With OK true, Result is a JSON object and Error is nil;
 // with OK false, Result is JSON null and Error is set.
 type Response struct {
 	Schema    string         `json:"schema"`     // ResponseSchema
@@ -317,7 +317,7 @@ func (r *Request) ResultInput() (ResultInput, error) {
 	return in, nil
 }
 
-// Validate checks the source id and config_ref formats (CONTRACT [OP-1]).
+// Validate checks the source id and config_ref formats (spec [OP-1]).
 func (in PollInput) Validate() error {
 	if !ValidSourceID(in.SourceID) {
 		return errf(InvalidRequest, "input: source_id is not [A-Za-z0-9._-]{1,64} without a leading dot")
@@ -328,7 +328,7 @@ func (in PollInput) Validate() error {
 	return nil
 }
 
-// Validate checks the source id, sequence and content bound (CONTRACT [OP-1]).
+// Validate checks the source id, sequence and content bound (spec [OP-1]).
 func (in ResultInput) Validate() error {
 	if !ValidSourceID(in.SourceID) {
 		return errf(InvalidRequest, "input: source_id is not [A-Za-z0-9._-]{1,64} without a leading dot")
@@ -407,7 +407,7 @@ func (r *HandshakeResponse) Validate() error {
 }
 
 // CheckHandshake reports whether resp answers req as the host requires
-// (CONTRACT [PROTO-2]): the same request id, extension id and version, and
+// (spec [PROTO-2]): the same request id, extension id and version, and
 // the same adapter-name set (order ignored).
 func CheckHandshake(req *HandshakeRequest, resp *HandshakeResponse) error {
 	if err := resp.Validate(); err != nil {

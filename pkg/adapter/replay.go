@@ -16,7 +16,7 @@ const ReplaySchema = "firstmate.adapter-sdk-replay.v1"
 // Replay makes source.poll idempotent on the request id.
 //
 // The host derives a poll's request id from the registration generation and
-// the source's next sequence number (CONTRACT [RID-1]). The sequence advances
+// the source's next sequence number (spec [RID-1]). The sequence advances
 // only when the host durably captures something for the source: your output,
 // or failure evidence when your answer was refused (timeout, crash, invalid
 // or oversize response, leaked process). Until then every poll of the source

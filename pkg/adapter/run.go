@@ -68,7 +68,7 @@ func (id Identity) Validate() error {
 }
 
 // Env is the part of the process environment the host defines
-// (CONTRACT [INV-3]). Nothing else of the operator's environment is passed.
+// (spec [INV-3]). Nothing else of the operator's environment is passed.
 type Env struct {
 	ExtensionID      string // FIRSTMATE_EXTENSION_ID
 	ExtensionVersion string // FIRSTMATE_EXTENSION_VERSION
@@ -164,6 +164,12 @@ const usageText = "usage: %s handshake|invoke\n" +
 // Serve runs the entrypoint for h with the process's arguments, standard
 // streams and environment, and exits with Run's status. It never returns.
 // SIGTERM and SIGINT cancel the context handed to h.
+//
+// While h runs, file descriptor 1 is not the response channel: Serve writes
+// the response through a private duplicate of the real stdout and points
+// fd 1 and os.Stdout at stderr, so a stray fmt.Println (or a child process
+// writing to the stdout it inherited) ends up on stderr, within the host's
+// 8,192-byte bound, instead of breaking the response.
 func Serve(h Handler) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := RunContext(ctx, EnvFromOS(), os.Args, os.Stdin, os.Stdout, os.Stderr, h)
@@ -190,6 +196,10 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer, h Handler) in
 // declare) writes nothing on stdout, logs one line on stderr and returns
 // ExitFailure: the handshake response has no error member.
 //
+// When stdout is the process's own fd 1 (an *os.File), fd 1 and os.Stdout
+// point at stderr while the request is read and answered, as under Serve,
+// and are restored before RunContext returns.
+//
 // An invoke is answered with exactly one response document and ExitOK, an
 // ok=false response included. Only when no request id can be read from stdin
 // (broken JSON, oversize, a missing or malformed request_id) is nothing
@@ -203,6 +213,8 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 		fmt.Fprintf(stderr, usageText, sanitize(prog))
 		return ExitUsage
 	}
+	stdout, restore := guardStdout(stdout)
+	defer restore()
 	log := newLogWriter(stderr)
 	if h == nil {
 		log.printf("adapter: no handler")

@@ -10,7 +10,7 @@ import (
 	"firstmate.dev/fm/internal/strictjson"
 )
 
-// The strict reading of every document (CONTRACT [JSON-1]) is the host's own,
+// The strict reading of every document (spec [JSON-1]) is the host's own,
 // internal/strictjson: these wrappers only turn its errors into the SDK's.
 
 // readEnvelope reads all of r, at most limit bytes. One byte more is refused
@@ -61,7 +61,7 @@ func peekRequestID(data []byte) (string, bool) {
 	return id, true
 }
 
-// Canonical encodes v as canonical JSON (CONTRACT [JSON-2]): object keys
+// Canonical encodes v as canonical JSON (spec [JSON-2]): object keys
 // sorted, no insignificant whitespace, no trailing newline, minimal string
 // escaping (RFC 8785). Invalid UTF-8 in a string is an error.
 func Canonical(v any) ([]byte, error) {

@@ -7,7 +7,9 @@
 // with the verb, and decodes stdout strictly: exit status 0, exactly one
 // canonical JSON document of at most 65,536 bytes, the request id echoed, the
 // result shaped and bounded for its operation, stderr within the host's
-// 8,192-byte bound. Any protocol violation fails the test (t.Fatalf); an
+// 8,192-byte bound, and nothing written to os.Stdout by the handler beside the
+// response (a stray fmt.Println would break the response of a program that
+// did not use Serve). Any protocol violation fails the test (t.Fatalf); an
 // ok=false answer is returned to the test as an *adapter.ErrorBody.
 //
 //	func TestPoll(t *testing.T) {
@@ -69,6 +71,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -124,15 +127,56 @@ type Outcome struct {
 	Exit   int
 	Stdout []byte
 	Stderr []byte
+	// Stray is what the handler wrote to the process's os.Stdout, beside
+	// the response (at most the first maxStray bytes). Under Serve those
+	// bytes go to stderr, where they count against the host's bound;
+	// Handshake and Invoke fail the test when there are any.
+	Stray []byte
+	// StrayBytes is how many bytes the handler wrote to os.Stdout.
+	StrayBytes int64
 }
+
+// maxStray bounds what Outcome.Stray keeps.
+const maxStray = 4096
+
+// stdoutMu serializes harness runs: each one replaces the process-wide
+// os.Stdout while the handler runs.
+var stdoutMu sync.Mutex
 
 // Raw runs the handler with the verb and stdin exactly as given and returns
 // what it produced, without checking anything.
+//
+// While the handler runs, os.Stdout is a capture file, so that what the
+// handler writes there (fmt.Println, a logger or a child process given
+// os.Stdout) is reported as Outcome.Stray instead of passing silently: the
+// response reaches the host only through the SDK. Runs of harnesses are
+// serialized for that; code outside the handler that prints to os.Stdout
+// while a run is under way (another parallel test) is captured too.
 func (h *Harness) Raw(verb string, stdin []byte) Outcome {
+	h.T.Helper()
+	capture, err := os.CreateTemp("", "adaptertest-stdout-")
+	if err != nil {
+		h.T.Fatalf("adaptertest: %v", err)
+	}
+	os.Remove(capture.Name()) // kept open, gone from the file system
+	defer capture.Close()
 	var stdout, stderr bytes.Buffer
-	exit := adapter.RunContext(h.Context, h.Env, []string{"firstmate-extension", verb},
-		bytes.NewReader(stdin), &stdout, &stderr, h.Handler)
-	return Outcome{Exit: exit, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	stdoutMu.Lock()
+	saved := os.Stdout
+	os.Stdout = capture
+	exit := func() int {
+		defer func() { os.Stdout = saved; stdoutMu.Unlock() }()
+		return adapter.RunContext(h.Context, h.Env, []string{"firstmate-extension", verb},
+			bytes.NewReader(stdin), &stdout, &stderr, h.Handler)
+	}()
+	out := Outcome{Exit: exit, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if fi, err := capture.Stat(); err == nil && fi.Size() > 0 {
+		out.StrayBytes = fi.Size()
+		out.Stray = make([]byte, min(fi.Size(), maxStray))
+		n, _ := capture.ReadAt(out.Stray, 0)
+		out.Stray = out.Stray[:n]
+	}
+	return out
 }
 
 // HandshakeRequest returns a valid handshake request for the handler's
@@ -242,11 +286,16 @@ func (h *Harness) InvokeRaw(requestID string, stdin []byte) (*adapter.Response, 
 	return resp, out
 }
 
-// checkStreams applies the bounds common to both verbs: stderr within the
-// host's bound, stdout empty or one canonical document within the envelope
-// bound.
+// checkStreams applies the rules common to both verbs: nothing written to
+// os.Stdout beside the response, stderr within the host's bound, stdout
+// empty or one canonical document within the envelope bound.
 func (h *Harness) checkStreams(out Outcome) {
 	h.T.Helper()
+	if out.StrayBytes > 0 {
+		h.T.Fatalf("adaptertest: the handler wrote %d bytes to stdout (os.Stdout), which carries only the response: %.200q\n"+
+			"under Serve they go to stderr, counted against the host's %d-byte bound; log with Call.Logf or to os.Stderr instead",
+			out.StrayBytes, out.Stray, adapter.MaxStderrBytes)
+	}
 	if len(out.Stderr) > adapter.MaxStderrBytes {
 		h.T.Fatalf("adaptertest: %d bytes on stderr, more than the host's %d", len(out.Stderr), adapter.MaxStderrBytes)
 	}

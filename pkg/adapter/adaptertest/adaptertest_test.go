@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"firstmate.dev/fm/pkg/adapter"
@@ -120,4 +122,75 @@ type badIdentity struct{ tiny }
 
 func (badIdentity) Identity() adapter.Identity {
 	return adapter.Identity{ExtensionID: "BAD", ExtensionVersion: "1", AdapterNames: nil}
+}
+
+// printer is tiny with a debug line printed to stdout by Poll, and by
+// Identity when loud is set.
+type printer struct {
+	tiny
+	loud bool
+}
+
+func (p printer) Identity() adapter.Identity {
+	if p.loud {
+		fmt.Println("debug: identity")
+	}
+	return tiny{}.Identity()
+}
+
+func (printer) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.PollResult, error) {
+	fmt.Println("debug: polling")
+	return adapter.Output("x"), nil
+}
+
+// childPrinter's Poll runs a child process whose stdout is os.Stdout.
+type childPrinter struct{ tiny }
+
+func (childPrinter) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.PollResult, error) {
+	cmd := exec.Command("/bin/sh", "-c", "echo from-a-child")
+	cmd.Stdout = os.Stdout
+	if err := cmd.Run(); err != nil {
+		return adapter.PollResult{}, err
+	}
+	return adapter.Output("x"), nil
+}
+
+// [EX-2] A handler that writes to stdout beside the response fails the
+// harness's test with a message naming the bytes, although the response
+// itself is valid (the SDK keeps it on its own channel), for a poll, a
+// handshake and a child process alike; a clean handler passes, and
+// os.Stdout is the test's own again afterwards.
+func TestHarnessCatchesStrayStdout(t *testing.T) {
+	before := os.Stdout
+	msg := fails(t, func(tb testing.TB) {
+		adaptertest.New(tb, printer{}).Poll("tiny", adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+	})
+	if !strings.Contains(msg, "wrote 15 bytes to stdout") || !strings.Contains(msg, `"debug: polling\n"`) || !strings.Contains(msg, "Call.Logf") {
+		t.Errorf("a poll printing to stdout: %q", msg)
+	}
+	msg = fails(t, func(tb testing.TB) {
+		h := adaptertest.New(tb, printer{})
+		req := h.HandshakeRequest()
+		h.Handler = printer{loud: true}
+		h.Handshake(req)
+	})
+	if !strings.Contains(msg, `"debug: identity\n"`) {
+		t.Errorf("a handshake printing to stdout: %q", msg)
+	}
+	msg = fails(t, func(tb testing.TB) {
+		adaptertest.New(tb, childPrinter{}).Poll("tiny", adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+	})
+	if !strings.Contains(msg, `"from-a-child\n"`) {
+		t.Errorf("a child printing to stdout: %q", msg)
+	}
+	out := adaptertest.New(t, printer{}).Raw("invoke", []byte("{"))
+	if string(out.Stray) != "" || out.Exit != adapter.ExitFailure {
+		t.Errorf("raw: %+v", out)
+	}
+	if res, fail := adaptertest.New(t, tiny{}).Poll("tiny", adapter.PollInput{SourceID: "s", ConfigRef: "r"}); fail != nil || res.Output != "x" {
+		t.Errorf("a clean handler: %+v %+v", res, fail)
+	}
+	if os.Stdout != before {
+		t.Error("os.Stdout was not restored")
+	}
 }

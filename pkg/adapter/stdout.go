@@ -1,0 +1,52 @@
+package adapter
+
+import (
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// guardStdout keeps file descriptor 1 away from the response while a
+// handler runs. When stdout is the process's own fd 1 (as Serve passes it),
+// it moves the response channel to a private close-on-exec duplicate and
+// points fd 1, and os.Stdout, at stderr: a fmt.Println in a handler, a log
+// package writing to os.Stdout, or a child process that inherits fd 1 then
+// writes a line of log (counted against the host's stderr bound) instead of
+// corrupting the one response document. restore undoes it.
+//
+// Any other writer (a test's buffer) is returned unchanged. Should a step
+// fail (no free descriptor), stdout is kept as it is: the response is still
+// written, only unprotected.
+func guardStdout(stdout io.Writer) (response io.Writer, restore func()) {
+	f, ok := stdout.(*os.File)
+	if !ok || f.Fd() != 1 {
+		return stdout, func() {}
+	}
+	private, err := unix.FcntlInt(1, unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return stdout, func() {}
+	}
+	if err := unix.Dup2(2, 1); err != nil {
+		// No stderr to point at: send stray writes nowhere.
+		null, nerr := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if nerr != nil {
+			unix.Close(private)
+			return stdout, func() {}
+		}
+		err = unix.Dup2(int(null.Fd()), 1)
+		null.Close()
+		if err != nil {
+			unix.Close(private)
+			return stdout, func() {}
+		}
+	}
+	saved := os.Stdout
+	os.Stdout = os.Stderr
+	resp := os.NewFile(uintptr(private), "response")
+	return resp, func() {
+		unix.Dup2(private, 1)
+		os.Stdout = saved
+		resp.Close()
+	}
+}

@@ -1,0 +1,140 @@
+package adapter_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"firstmate.dev/fm/pkg/adapter"
+	"firstmate.dev/fm/pkg/adapter/adaptertest"
+)
+
+// asNoisyEntrypoint makes the test binary serve noisy{} instead of running
+// the tests: TestStrayStdoutCannotCorruptTheResponse runs it as a package
+// entrypoint.
+const asNoisyEntrypoint = "ADAPTER_TEST_NOISY_ENTRYPOINT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asNoisyEntrypoint) == "1" {
+		adapter.Serve(noisy{})
+	}
+	os.Exit(m.Run())
+}
+
+// noisy is the careless author's handler: it writes to stdout in every way a
+// Go program can — fmt.Println, os.Stdout, a raw write(2) to fd 1, a child
+// process given os.Stdout, a child given a fresh *os.File for fd 1 — and its
+// child tries every descriptor 3..9, where a leaked response channel would be.
+type noisy struct{}
+
+func (noisy) Identity() adapter.Identity {
+	fmt.Println("identity: stray line")
+	return adapter.Identity{ExtensionID: "org.example.noisy", ExtensionVersion: "1.0.0", AdapterNames: []string{"noisy"}}
+}
+
+func (noisy) Poll(ctx context.Context, call *adapter.Call, in adapter.PollInput) (adapter.PollResult, error) {
+	fmt.Println("poll: fmt.Println")
+	os.Stdout.WriteString("poll: os.Stdout\n")
+	syscall.Write(1, []byte("poll: write(1)\n"))
+	child := exec.Command("/bin/sh", "-c", `echo "poll: child"; for fd in 3 4 5 6 7 8 9; do (echo "leak on $fd" >&$fd) 2>/dev/null; done; true`)
+	child.Stdout = os.Stdout
+	if err := child.Run(); err != nil {
+		return adapter.PollResult{}, err
+	}
+	child = exec.Command("/bin/sh", "-c", `echo "poll: child of fd 1"`)
+	child.Stdout = os.NewFile(1, "fd1")
+	if err := child.Run(); err != nil {
+		return adapter.PollResult{}, err
+	}
+	return adapter.Output("the real output"), nil
+}
+
+func (noisy) Classify(context.Context, *adapter.Call, adapter.ResultInput) (adapter.ClassifyResult, error) {
+	return adapter.ClassifyResult{Classification: "noisy"}, nil
+}
+func (noisy) Terminal(context.Context, *adapter.Call, adapter.ResultInput) (adapter.BoolResult, error) {
+	return adapter.BoolResult{}, nil
+}
+func (noisy) Silent(context.Context, *adapter.Call, adapter.ResultInput) (adapter.BoolResult, error) {
+	return adapter.BoolResult{}, nil
+}
+
+// runNoisy runs the test binary as noisy's entrypoint, as the host runs one:
+// argv [entrypoint, verb], one request on stdin, the minimal environment.
+func runNoisy(t *testing.T, verb string, req any) (stdout, stderr []byte) {
+	t.Helper()
+	data, err := adapter.Canonical(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, verb)
+	cmd.Args[0] = "bin/firstmate-extension"
+	cmd.Dir = t.TempDir()
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C", "LC_ALL=C",
+		"FIRSTMATE_EXTENSION_ID=org.example.noisy", "FIRSTMATE_EXTENSION_VERSION=1.0.0",
+		"FIRSTMATE_EXTENSION_STATE=" + t.TempDir(), asNoisyEntrypoint + "=1"}
+	cmd.Stdin = bytes.NewReader(data)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", verb, err, out.Bytes(), errb.Bytes())
+	}
+	return out.Bytes(), errb.Bytes()
+}
+
+// [EX-2] [INV-4] Under Serve, fd 1 is not the response channel while the
+// handler runs: whatever the handler (or a child of it) writes to stdout
+// lands on stderr, the response on stdout is exactly the one document, and
+// no child inherits the private response descriptor.
+func TestStrayStdoutCannotCorruptTheResponse(t *testing.T) {
+	h := adaptertest.New(t, quiet{})
+	hreq := h.HandshakeRequest()
+	stdout, stderr := runNoisy(t, "handshake", hreq)
+	resp, err := adapter.DecodeHandshakeResponse(stdout)
+	if err != nil {
+		t.Fatalf("handshake response: %v\nstdout: %q", err, stdout)
+	}
+	if err := adapter.CheckHandshake(hreq, resp); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stderr), "identity: stray line\n") {
+		t.Errorf("the stray line did not reach stderr: %q", stderr)
+	}
+
+	req := h.Request("noisy", adapter.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
+	stdout, stderr = runNoisy(t, "invoke", req)
+	r, err := adapter.DecodeResponse(stdout)
+	if err != nil {
+		t.Fatalf("invoke response: %v\nstdout: %q", err, stdout)
+	}
+	if !r.OK || r.RequestID != req.RequestID {
+		t.Fatalf("response %+v", r)
+	}
+	if res, err := adapter.DecodePollResult(r.Result); err != nil || res.Output != "the real output" {
+		t.Fatalf("result %s: %v", r.Result, err)
+	}
+	for _, line := range []string{"poll: fmt.Println", "poll: os.Stdout", "poll: write(1)", "poll: child", "poll: child of fd 1"} {
+		if !strings.Contains(string(stderr), line+"\n") {
+			t.Errorf("%q did not reach stderr: %q", line, stderr)
+		}
+	}
+	if strings.Contains(string(stdout)+string(stderr), "leak on") {
+		t.Errorf("a child could write to an inherited descriptor:\nstdout: %q\nstderr: %q", stdout, stderr)
+	}
+}
+
+// quiet is noisy's identity without the noise, for building requests.
+type quiet struct{ noisy }
+
+func (quiet) Identity() adapter.Identity {
+	return adapter.Identity{ExtensionID: "org.example.noisy", ExtensionVersion: "1.0.0", AdapterNames: []string{"noisy"}}
+}
