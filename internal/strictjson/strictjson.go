@@ -13,12 +13,16 @@
 //   - integers where the Go field is an integer (1.0 and 1e2 are refused).
 //
 // Syntax failures are json-invalid; shape failures are schema-invalid. Messages
-// name the document and the JSON pointer, never the document's text, because
-// some documents (responses) carry package text that must not be shown. A
-// pointer itself holds the document's object keys, so for a document whose
-// keys a package chose, DecodeWith with HidePointers shows a pointer only as
-// far as its segments are keys of the Go type decoded into (CONTRACT
-// [PROTO-4]): `unknown key in "/error"`, never the unknown key itself.
+// name the document, the byte offset and the JSON pointer, never the
+// document's text, because some documents (responses) carry package text that
+// must not be shown. A pointer itself holds the document's object keys, so
+// for a document whose keys a package chose, DecodeWith with HidePointers
+// shows a pointer only as far as its segments are keys of the Go type decoded
+// into (CONTRACT [PROTO-4]), with one exception: an unknown member directly
+// inside a known object is named, because its author needs exactly that name
+// to fix it, and it is shown bounded (MaxShownKey bytes) and escaped to
+// printable ASCII: `unknown key at "/result/debug"`. A key inside a raw value,
+// a map key and a duplicate key past the known prefix stay hidden.
 //
 // Documents the host writes (CONTRACT [JSON-2]) are canonical: keys sorted
 // bytewise, no insignificant whitespace; or pretty: the same order, two-space
@@ -131,9 +135,11 @@ func (r *reporter) checkSyntax(data []byte) error {
 			break
 		}
 	}
+	end := dec.InputOffset()
 	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
-			return errcode.New(errcode.JSONInvalid, "%s: more than one json document", what)
+			next := end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))
+			return errcode.New(errcode.JSONInvalid, "%s: more than one json document (the second starts at byte %d)", what, next)
 		}
 		return r.syntaxError(data, err)
 	}
@@ -393,6 +399,36 @@ func (r *reporter) known(p string) (string, bool) {
 	return shown, true
 }
 
+// MaxShownKey bounds the bytes of an unknown member's name that a hidden
+// pointer shows (see unknownAt); a longer name is cut at a character
+// boundary and marked "...".
+const MaxShownKey = 32
+
+// unknownAt is the place suffix of an unknown member at the JSON pointer p.
+// With hide, a member directly inside an object whose pointer is all known
+// keys is named too: its last segment, cut to MaxShownKey bytes and, with the
+// whole pointer, quoted as printable ASCII (strconv.QuoteToASCII), so no
+// control byte, line break or look-alike character of the package's name
+// reaches a message. Any deeper unknown place stays hidden as in at.
+func (r *reporter) unknownAt(p string) string {
+	shown, whole := r.known(p)
+	if whole || !r.hide {
+		return r.at(p)
+	}
+	name, ok := strings.CutPrefix(p, shown+"/")
+	if !ok || strings.Contains(name, "/") {
+		return r.at(p)
+	}
+	if len(name) > MaxShownKey {
+		cut := MaxShownKey
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + "..."
+	}
+	return " at " + strconv.QuoteToASCII(shown+"/"+name)
+}
+
 func isIndex(s string) bool {
 	if s == "" || len(s) > 9 || (len(s) > 1 && s[0] == '0') {
 		return false
@@ -434,11 +470,10 @@ func (r *reporter) describe(err error) error {
 	}
 	var sem *json.SemanticError
 	if errors.As(err, &sem) {
-		reason := "wrong type or value"
 		if errors.Is(sem.Err, json.ErrUnknownName) {
-			reason = "unknown key"
+			return errcode.New(errcode.SchemaInvalid, "%s: unknown key%s", what, r.unknownAt(string(sem.JSONPointer)))
 		}
-		return errcode.New(errcode.SchemaInvalid, "%s: %s%s", what, reason, r.at(string(sem.JSONPointer)))
+		return errcode.New(errcode.SchemaInvalid, "%s: wrong type or value%s", what, r.at(string(sem.JSONPointer)))
 	}
 	return errcode.New(errcode.JSONInvalid, "%s: invalid json", what)
 }
