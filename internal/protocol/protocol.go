@@ -406,12 +406,12 @@ func refuse(code errcode.Code, format string, args ...any) error {
 	return &errcode.Error{Code: code, Msg: msg, Err: &Refusal{Detail: msg}}
 }
 
-// refused turns a strictjson refusal of a package's answer into code. A
-// syntax refusal (json-invalid) is most often a stray line on stdout, so it
-// says where the package's own output must go.
+// refused turns a strictjson refusal of a package's answer into code. Text
+// that is not JSON, or a second document, is most often a stray line on
+// stdout, so that refusal says where the package's own output must go.
 func refused(code errcode.Code, err error) error {
 	msg := err.Error()
-	if errcode.Is(err, errcode.JSONInvalid) {
+	if errors.Is(err, strictjson.ErrStrayText) {
 		msg += "; stdout must carry only the answer document (write debug output to stderr)"
 	}
 	return refuse(code, "%s", msg)

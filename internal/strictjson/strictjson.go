@@ -32,6 +32,7 @@ package strictjson
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strconv"
@@ -46,6 +47,12 @@ import (
 
 // MaxDepth bounds nesting of objects and arrays in any document read.
 const MaxDepth = 32
+
+// ErrStrayText is the cause of a json-invalid refusal where the document
+// holds text that is not JSON (an invalid character) or a second value after
+// the first: what a stray line in a stream that must carry one document
+// looks like.
+var ErrStrayText = errors.New("text that is not part of the json document")
 
 // Read reads at most limit bytes from r. One byte more is json-oversized.
 func Read(r io.Reader, limit int, what string) ([]byte, error) {
@@ -139,7 +146,7 @@ func (r *reporter) checkSyntax(data []byte) error {
 	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
 			next := end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))
-			return errcode.New(errcode.JSONInvalid, "%s: more than one json document (the second starts at byte %d)", what, next)
+			return &errcode.Error{Code: errcode.JSONInvalid, Msg: fmt.Sprintf("%s: more than one json document (the second starts at byte %d)", what, next), Err: ErrStrayText}
 		}
 		return r.syntaxError(data, err)
 	}
@@ -454,16 +461,16 @@ func (r *reporter) describe(err error) error {
 	what := r.what
 	var syn *jsontext.SyntacticError
 	if errors.As(err, &syn) {
-		reason := "invalid json"
+		reason, cause := "invalid json", ErrStrayText
 		switch {
 		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
-			reason = "duplicate object key"
+			reason, cause = "duplicate object key", nil
 		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
-			reason = "truncated json"
+			reason, cause = "truncated json", nil
 		case errors.Is(syn.Err, jsontext.ErrNonStringName):
-			reason = "object key is not a string"
+			reason, cause = "object key is not a string", nil
 		}
-		return errcode.Wrap(errcode.JSONInvalid, nil, "%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer)))
+		return &errcode.Error{Code: errcode.JSONInvalid, Msg: fmt.Sprintf("%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer))), Err: cause}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return errcode.New(errcode.JSONInvalid, "%s: truncated or empty json", what)

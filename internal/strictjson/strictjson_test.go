@@ -1,6 +1,7 @@
 package strictjson
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -274,5 +275,24 @@ func TestSecondDocumentOffset(t *testing.T) {
 	want := fmt.Sprintf("doc: more than one json document (the second starts at byte %d)", len(good)+3)
 	if errcode.Of(err) != errcode.JSONInvalid || err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %q", err, want)
+	}
+}
+
+// [JSON-1] text that is not JSON and a second document are marked as stray
+// text (ErrStrayText), so a caller reading a stream that must carry exactly
+// one document can say where other output belongs; a truncated document or
+// a duplicate key is not.
+func TestStrayText(t *testing.T) {
+	for in, stray := range map[string]bool{
+		"debug\n" + good:              true,
+		good + "\ndebug":              true,
+		good + good:                   true,
+		good[:20]:                     false,
+		`{"schema":"s","schema":"t"}`: false,
+	} {
+		err := Decode([]byte(in), 4096, "doc", &doc{})
+		if errcode.Of(err) != errcode.JSONInvalid || errors.Is(err, ErrStrayText) != stray {
+			t.Errorf("%q: %v (stray %v), want json-invalid with stray %v", in, err, errors.Is(err, ErrStrayText), stray)
+		}
 	}
 }
