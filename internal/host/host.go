@@ -327,6 +327,23 @@ type Call struct {
 	Input     any
 	RequestID string // "" for a fresh random id
 	SourceID  string // recorded in the owner record; may be ""
+	// Stderr, when set, receives the package's stderr of the call's
+	// handshake and invoke (launch.Spec.Stderr). Only an operator's direct
+	// call sets it (--show-stderr); it is never stored [INV-4].
+	Stderr StderrFunc
+}
+
+// StderrFunc receives the stderr of one invocation: its verb ("handshake" or
+// "invoke"), at most protocol.MaxStderr bytes of it, and how many bytes the
+// package wrote.
+type StderrFunc func(verb string, kept []byte, total int64)
+
+// show hands s's stderr to f, when f is set.
+func (f StderrFunc) show(s *launch.Spec) {
+	if f != nil {
+		verb := s.Verb
+		s.Stderr = func(kept []byte, total int64) { f(verb, kept, total) }
+	}
 }
 
 // Invoke revalidates b, handshakes, and runs one operation, returning its
@@ -373,6 +390,8 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err != nil {
 		return nil, err
 	}
+	c.Stderr.show(&hs)
+	c.Stderr.show(&invSpec)
 	// The handshake's barrier is forked first (forks are serialized), then
 	// the invoke's is prepared in the background while the handshake runs.
 	hsp, err := launch.Prepare(ctx, hs)

@@ -166,3 +166,44 @@ func TestWakeVerbs(t *testing.T) {
 		t.Fatal("--after -1 must be a usage error")
 	}
 }
+
+// [OP-2] [INV-4] [OP-3]: --show-stderr on a direct call shows the package's
+// stderr to the operator who asked, on fm's stderr only: each line prefixed
+// stderr[<verb>]:, control bytes escaped, at most 8,192 bytes with a note of
+// the rest. Without the flag nothing is shown; the evidence on stdout and a
+// captured result never carry it.
+func TestDirectShowStderr(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	poll := []string{"extension", "process-event", "sig", "source.poll", "--source-id", "d1", "--config-ref", "ref"}
+	evidence := `{"code":"process-failed","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
+	f.mode("poll", "noisy-fail")
+	out, errs, code := f.fm(poll...)
+	if code != 70 || out != evidence || errs != "" {
+		t.Fatalf("without the flag: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	out, errs, code = f.fm(append(poll, "--show-stderr")...)
+	want := "stderr[invoke]: traceback: boom\nstderr[invoke]: \\u{001b}[2Jbad\\tline\n"
+	if code != 70 || out != evidence || errs != want {
+		t.Fatalf("with the flag: exit %d, stdout %q, stderr %q; want stderr %q", code, out, errs, want)
+	}
+
+	f.mode("poll", "stderr-flood")
+	out, errs, code = f.fm(append(poll, "--show-stderr")...)
+	lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+	if code != 70 || !strings.Contains(out, `"code":"stderr-oversized"`) || len(lines) != 2 ||
+		lines[0] != "stderr[invoke]: "+strings.Repeat("e", 8192) || !strings.HasPrefix(lines[1], "stderr[invoke] cut: ") || !strings.HasSuffix(lines[1], " bytes written, the first 8192 shown") {
+		t.Fatalf("flood: exit %d, stdout %q, stderr %d bytes %.200q", code, out, len(errs), errs)
+	}
+
+	// A capture by the runner never holds it.
+	f.registerExt("s1")
+	f.mode("poll", "noisy-fail")
+	f.ok("procevent", "start", "s1")
+	for _, n := range f.inbox() {
+		if strings.Contains(f.read(filepath.Join(f.h.Inbox(), n)), "traceback") {
+			t.Fatalf("%s holds the package's stderr", n)
+		}
+	}
+}

@@ -31,8 +31,8 @@ type Outcome struct {
 	Sequence int64
 	Evidence bool  // the capture is failure evidence [OP-3]
 	Failure  error // with Evidence: the poll's failure, in the host's words
-	Silent   bool // the silent verdict marked it handled; it was not announced
-	Retired  bool // the terminal verdict retired the polled generation
+	Silent   bool  // the silent verdict marked it handled; it was not announced
+	Retired  bool  // the terminal verdict retired the polled generation
 }
 
 // Start is the generic runner ([RUN-1]): one attached poll of source id, then
@@ -225,7 +225,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, e
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
 			in := protocol.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
-			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest))
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), nil)
 		}
 	} else {
 		out, err = pollBuiltin(ctx, d.h, r)
