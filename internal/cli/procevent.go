@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"firstmate.dev/fm/internal/errcode"
@@ -66,7 +68,10 @@ func init() {
 			}
 			fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
 			fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
-			fmt.Fprintf(e.Stdout, "retire: bin/fm-procevent.sh retire %s --if-owner %s\n", r.SourceID, r.Token)
+			// [REG-2]'s bin/fm-procevent.sh, spelled as the code root's
+			// wrapper by its absolute path, so the line works from any
+			// directory (docs/configuration.md §4).
+			fmt.Fprintf(e.Stdout, "retire: %s retire %s --if-owner %s\n", shellWord(filepath.Join(h.Root, "bin", "fm-procevent.sh")), r.SourceID, r.Token)
 			return nil
 		},
 	})
@@ -460,4 +465,17 @@ func (f *serveFlags) declare(fs *flag.FlagSet) {
 func (f *serveFlags) declareReannounce(fs *flag.FlagSet) {
 	f.o = procevent.DefaultServeOptions()
 	fs.DurationVar(&f.o.Reannounce, "reannounce-after", f.o.Reannounce, "re-announce an unhandled result once its capture and its latest wake are older than this (0: every cycle)")
+}
+
+// shellWord quotes s for a POSIX shell when it holds anything but letters,
+// digits and /._+-@%:,= (a code root with a space, say), so a printed
+// command can be pasted as it is.
+func shellWord(s string) string {
+	safe := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._+-@%:,=", r))
+	}) < 0
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
