@@ -401,7 +401,9 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	inv := prepare(ctx, invSpec)
 	var out []byte
 	res, err := hsp.Run(ctx)
-	if err == nil {
+	if err != nil {
+		err = explain(&b.Record, err)
+	} else {
 		out = res.Stdout
 		err = protocol.CheckHandshake(out, hsReq)
 	}
@@ -418,7 +420,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	}
 	out, err = inv.run(ctx)
 	if err != nil {
-		return nil, err
+		return nil, explain(&b.Record, err)
 	}
 	raw, err := protocol.CheckResponse(out, c.RequestID)
 	if err != nil {
@@ -439,7 +441,7 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	}
 	out, err := launchRun(ctx, s)
 	if err != nil {
-		return err
+		return explain(rec, err)
 	}
 	return protocol.CheckHandshake(out, req)
 }

@@ -1,0 +1,88 @@
+package host
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"path/filepath"
+	"strconv"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/launch"
+)
+
+// maxShebang bounds the bytes of an entrypoint's first line that a message
+// shows.
+const maxShebang = 128
+
+// explain adds to the failure of a run of rec's entrypoint what the host
+// knows and its author needs, without any of the package's output:
+//
+//   - exit status 127 or 126 (the barrier's execve failed, or a shell found
+//     no program or could not run it): the entrypoint's first line, read
+//     from the verified store copy (at most maxShebang bytes, quoted as
+//     printable ASCII), what is wrong with it when the host can tell (a
+//     carriage return: CRLF line ends; no "#!"), and the fixed PATH, the
+//     only one an entrypoint gets [INV-3];
+//   - any other non-zero exit: that the working directory, the package
+//     root, is read-only, and that the package's writable place is
+//     FIRSTMATE_EXTENSION_STATE, since writing beside the code is the most
+//     common reason an entrypoint that works by hand fails under the host.
+//
+// Other failures are returned as they are.
+func explain(rec *binding.Record, err error) error {
+	var st launch.ExitStatus
+	if !errors.As(err, &st) {
+		return err
+	}
+	hint := "; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr)"
+	if st == 126 || st == 127 {
+		hint = "; " + notRunnable(rec, int(st))
+	}
+	return &errcode.Error{Code: errcode.Of(err), Msg: err.Error() + hint, Err: err}
+}
+
+// notRunnable words exit status 127 (not found) or 126 (found, not runnable)
+// with the entrypoint's first line and the fixed PATH.
+func notRunnable(rec *binding.Record, status int) string {
+	what := "a program it names was not found"
+	if status == 126 {
+		what = "a program it names could not be executed"
+	}
+	line, ok := firstLine(filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)))
+	switch {
+	case !ok:
+	case !bytes.HasPrefix(line, []byte("#!")):
+		what += "; the entrypoint has no #! line, so unless it is a binary for this machine the kernel cannot run it (its first line is " + quote(line) + ")"
+	case bytes.HasSuffix(line, []byte("\r")):
+		what += "; its #! line " + quote(line) + " ends in a carriage return (CRLF line ends), which becomes part of the interpreter's name: save the file with LF line ends"
+	default:
+		what += " (its #! line is " + quote(line) + ")"
+	}
+	return what + "; an entrypoint runs with PATH=" + SystemPath + " only, without a shell"
+}
+
+// firstLine reads at most maxShebang bytes of the file at path (not
+// following a symlink) up to its first newline.
+func firstLine(path string) ([]byte, bool) {
+	f, err := fsutil.OpenNoFollow(path)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	buf := make([]byte, maxShebang)
+	n, err := io.ReadFull(f, buf)
+	if n == 0 && err != nil {
+		return nil, false
+	}
+	buf = buf[:n]
+	if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+		buf = buf[:i]
+	}
+	return buf, true
+}
+
+// quote shows bytes of package text as one printable-ASCII Go string.
+func quote(b []byte) string { return strconv.QuoteToASCII(string(b)) }
