@@ -11,6 +11,7 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/pkgtree"
 )
 
 // maxShebang bounds the bytes of an entrypoint's first line that a message
@@ -86,3 +87,26 @@ func firstLine(path string) ([]byte, bool) {
 
 // quote shows bytes of package text as one printable-ASCII Go string.
 func quote(b []byte) string { return strconv.QuoteToASCII(string(b)) }
+
+// checkAfterHandshake revalidates the installed copy rec names once the
+// bind's handshake ran package code in it ([BIND-6], [INV-1]), as Invoke
+// does before an invoke: a handshake that wrote into its working directory
+// (possible only as root, where 0555 does not stop a write) must not leave
+// a binding whose next run is refused. On drift nothing is published, and
+// the copy is removed when this bind created it (created); a store copy
+// that existed before this bind is shared by whatever else names it (a
+// retired binding, an earlier bind) and is kept for the operator's repair.
+func checkAfterHandshake(rec *binding.Record, created bool) error {
+	err := Revalidate(rec)
+	if err == nil {
+		return nil
+	}
+	fate := "it existed before this bind, so it was kept: repair or remove it as in \"A damaged store copy\" (docs/configuration.md §3)"
+	if created {
+		fate = "this bind had created it, and removed it again"
+		if rerr := pkgtree.RemoveInstalled(rec.PackageRoot); rerr != nil {
+			fate = "this bind had created it but could not remove it (" + rerr.Error() + "): remove it as in \"A damaged store copy\" (docs/configuration.md §3)"
+		}
+	}
+	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the bind's handshake (" + err.Error() + "); nothing was published and " + fate + ". A package must not write into its package root, which is read-only to it; its writable place is $FIRSTMATE_EXTENSION_STATE"}
+}

@@ -12,6 +12,8 @@ package host
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,9 +109,11 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	}
 
 	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
+	_, statErr := os.Lstat(root)
 	if err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress}); err != nil {
 		return nil, err
 	}
+	created := errors.Is(statErr, fs.ErrNotExist)
 	var consents binding.Consents
 	consents.TrustedSameUserCode = true
 	for _, c := range opts.Consents {
@@ -141,8 +145,12 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
-	if err := Handshake(ctx, h, rec, binding.Digest(data)); err != nil {
+	hsErr := Handshake(ctx, h, rec, binding.Digest(data))
+	if err := checkAfterHandshake(rec, created); err != nil {
 		return nil, err
+	}
+	if hsErr != nil {
+		return nil, hsErr
 	}
 	return binding.Publish(h, rec)
 }
