@@ -30,15 +30,19 @@ const maxShebang = 128
 //   - any other non-zero exit: that the working directory, the package
 //     root, is read-only, and that the package's writable place is
 //     FIRSTMATE_EXTENSION_STATE, since writing beside the code is the most
-//     common reason an entrypoint that works by hand fails under the host.
+//     common reason an entrypoint that works by hand fails under the host;
+//     for an invoke (a bound package), also how to see its stderr.
 //
 // Other failures are returned as they are.
-func explain(rec *binding.Record, err error) error {
+func explain(rec *binding.Record, verb string, err error) error {
 	var st launch.ExitStatus
 	if !errors.As(err, &st) {
 		return err
 	}
-	hint := "; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr)"
+	hint := "; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE"
+	if verb == "invoke" {
+		hint += " (fm extension process-event --show-stderr shows its stderr)"
+	}
 	if st == 126 || st == 127 {
 		hint = "; " + notRunnable(rec, int(st))
 	}

@@ -410,7 +410,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	var out []byte
 	res, err := hsp.Run(ctx)
 	if err != nil {
-		err = explain(&b.Record, err)
+		err = explain(&b.Record, "handshake", err)
 	} else {
 		out = res.Stdout
 		err = protocol.CheckHandshake(out, hsReq)
@@ -428,7 +428,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	}
 	out, err = inv.run(ctx)
 	if err != nil {
-		return nil, explain(&b.Record, err)
+		return nil, explain(&b.Record, "invoke", err)
 	}
 	raw, err := protocol.CheckResponse(out, c.RequestID)
 	if err != nil {
@@ -449,7 +449,7 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	}
 	out, err := launchRun(ctx, s)
 	if err != nil {
-		return explain(rec, err)
+		return explain(rec, "handshake", err)
 	}
 	return protocol.CheckHandshake(out, req)
 }

@@ -206,4 +206,14 @@ func TestDirectShowStderr(t *testing.T) {
 			t.Fatalf("%s holds the package's stderr", n)
 		}
 	}
+
+	// A failed invoke of a direct result operation says how to see the
+	// stderr, and where a package may write.
+	f.mode("poll", "result")
+	f.ok("procevent", "start", "s1")
+	f.mode("terminal", "crash")
+	errs = f.fails("process-failed", "extension", "process-event", "sig", "result.terminal", "--result-file", filepath.Join(f.h.Inbox(), "s1.2.result"))
+	if !strings.HasSuffix(errs, "entrypoint exit status 7; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr)\n") {
+		t.Fatalf("terminal failure: %q", errs)
+	}
 }
