@@ -185,18 +185,23 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured 
 	if err != nil {
 		return nil, nil, err
 	}
+	refuse := func(r *Registration) error {
+		return errcode.New(errcode.SourceRegistered, "source %q is registered in this home (adapter %s): a direct poll would consume its event outside capture and the event would be lost; run fm procevent start %s, or pass --uncaptured to poll anyway", id, r.Adapter, id)
+	}
 	if d.reg != nil && !uncaptured {
+		// Before the claim, so that a source whose runner polls it
+		// gets this refusal rather than source-active.
 		r, err := readRegistration(d.reg, id)
 		switch {
 		case err == nil:
 			d.close()
-			return nil, nil, errcode.New(errcode.SourceRegistered, "source %q is registered in this home (adapter %s): a direct poll would consume its event outside capture and the event would be lost; run fm procevent start %s, or pass --uncaptured to poll anyway", id, r.Adapter, id)
+			return nil, nil, refuse(r)
 		case !errcode.Is(err, errcode.SourceMissing):
 			d.close()
 			return nil, nil, err
 		}
 	}
-	c, _, err := d.claimSource(id)
+	c, r, err := d.claimSource(id)
 	switch {
 	case errcode.Is(err, errcode.SourceMissing):
 		d.close()
@@ -207,6 +212,11 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured 
 	case c == nil:
 		d.close()
 		return nil, nil, errcode.New(errcode.SourceActive, "source %q is registered and its runner is polling it; a direct poll would run beside it: wait for the poll to end (or stop fm procevent serve), then retry", id)
+	case !uncaptured:
+		// Registered since the check above: the claim proves it now.
+		c.release()
+		d.close()
+		return nil, nil, refuse(r)
 	}
 	pctx, endWatch, err := d.watchStop(ctx, id)
 	if err == nil {
