@@ -56,41 +56,43 @@ func notRunnable(rec *binding.Record, status int) string {
 	if status == 126 {
 		what = "a program it names could not be executed"
 	}
-	line, ok := firstLine(filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)))
+	line, shown, ok := firstLine(filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)))
 	switch {
 	case !ok:
 	case !bytes.HasPrefix(line, []byte("#!")):
-		what += "; the entrypoint has no #! line, so unless it is a binary for this machine the kernel cannot run it (its first line is " + quote(line) + ")"
+		what += "; the entrypoint has no #! line, so unless it is a binary for this machine the kernel cannot run it (its first line is " + shown + ")"
 	case bytes.HasSuffix(line, []byte("\r")):
-		what += "; its #! line " + quote(line) + " ends in a carriage return (CRLF line ends), which becomes part of the interpreter's name: save the file with LF line ends"
+		what += "; its #! line " + shown + " ends in a carriage return (CRLF line ends), which becomes part of the interpreter's name: save the file with LF line ends"
 	default:
-		what += " (its #! line is " + quote(line) + ")"
+		what += " (its #! line is " + shown + ")"
 	}
 	return what + "; an entrypoint runs with PATH=" + SystemPath + " only, without a shell"
 }
 
 // firstLine reads at most maxShebang bytes of the file at path (not
-// following a symlink) up to its first newline.
-func firstLine(path string) ([]byte, bool) {
+// following a symlink) up to its first newline. shown is the line as one
+// printable-ASCII Go string, followed by "..." when the bound cut it.
+func firstLine(path string) (line []byte, shown string, ok bool) {
 	f, err := fsutil.OpenNoFollow(path)
 	if err != nil {
-		return nil, false
+		return nil, "", false
 	}
 	defer f.Close()
 	buf := make([]byte, maxShebang)
 	n, err := io.ReadFull(f, buf)
 	if n == 0 && err != nil {
-		return nil, false
+		return nil, "", false
 	}
-	buf = buf[:n]
-	if i := bytes.IndexByte(buf, '\n'); i >= 0 {
-		buf = buf[:i]
+	line, cut := buf[:n], n == maxShebang
+	if i := bytes.IndexByte(line, '\n'); i >= 0 {
+		line, cut = line[:i], false
 	}
-	return buf, true
+	shown = strconv.QuoteToASCII(string(line))
+	if cut {
+		shown += "..."
+	}
+	return line, shown, true
 }
-
-// quote shows bytes of package text as one printable-ASCII Go string.
-func quote(b []byte) string { return strconv.QuoteToASCII(string(b)) }
 
 // checkAfterHandshake revalidates the installed copy rec names once the
 // bind's handshake ran package code in it ([BIND-6], [INV-1]), as Invoke
