@@ -60,8 +60,9 @@ type BindOptions struct {
 }
 
 // Bind validates the package at opts.Dir, installs it into the store, runs a
-// live handshake against the installed copy and publishes the binding.
-// Nothing is published on any failure.
+// live handshake against the installed copy, revalidates that copy (the
+// handshake ran package code in it: checkAfterHandshake) and publishes the
+// binding. Nothing is published on any failure.
 func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding, error) {
 	if err := checkTrust(opts); err != nil {
 		return nil, err
