@@ -72,6 +72,7 @@ func TestDirectProcessEvent(t *testing.T) {
 		{"extension", "process-event", "sig", "result.classify"},
 		{"extension", "process-event", "sig", "bogus.op"},
 		{"extension", "process-event", "sig", "source.poll", "--source-id", ".bad", "--config-ref", "r"},
+		{"extension", "process-event", "sig", "result.classify", "--result-file", result, "--uncaptured"},
 	} {
 		if _, _, code := f.fm(args...); code != 2 {
 			t.Fatalf("%v: exit %d, want usage", args, code)
