@@ -79,8 +79,10 @@ type DecodeOpts struct {
 	// invoke responses, operation results: CONTRACT [PROTO-4]). A JSON
 	// pointer is shown only as far as each segment is a key of the Go type
 	// being decoded (or an array index below one), and a refusal past that
-	// prefix is reported "in" it: `unknown key in "/error"`, `duplicate
-	// object key at byte 57 in "/result"`, `unknown key in the document`.
+	// prefix is reported "in" it: `duplicate object key at byte 57 in
+	// "/result"`, `wrong type or value in "/m"`. The one exception is an
+	// unknown member directly inside a known object, named bounded and
+	// escaped (unknownAt): `unknown key at "/error/trace"`.
 	HidePointers bool
 }
 
