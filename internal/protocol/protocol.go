@@ -389,21 +389,21 @@ func DecodeResult(op string, raw jsontext.Value) (any, error) {
 	return nil, errcode.New(errcode.Usage, "unknown operation %q (one of %s)", op, strings.Join(Operations, ", "))
 }
 
-// Refusal is the host's own account of why it refused a package's answer
+// refusal is the host's own account of why it refused a package's answer
 // (a handshake or invoke response, or an operation's result): the parse
 // detail of strictjson (byte offset, JSON pointer, at most the escaped and
 // bounded name of an unknown member) or the rule the answer broke. Its text
 // is the coded error's message, and the evidence of a failed poll carries it
 // as "detail" (EvidenceFor). It never holds any other package text: no value,
 // no diagnostic, no stderr.
-type Refusal struct{ Detail string }
+type refusal struct{ Detail string }
 
-func (r *Refusal) Error() string { return r.Detail }
+func (r *refusal) Error() string { return r.Detail }
 
 // refuse is a coded refusal of a package's answer with the host's words.
 func refuse(code errcode.Code, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	return &errcode.Error{Code: code, Msg: msg, Err: &Refusal{Detail: msg}}
+	return &errcode.Error{Code: code, Msg: msg, Err: &refusal{Detail: msg}}
 }
 
 // refused turns a strictjson refusal of a package's answer into code. Text
@@ -420,7 +420,7 @@ func refused(code errcode.Code, err error) error {
 // Evidence is the host-produced document that replaces a failed source.poll
 // ([OP-3]). It carries only host-chosen values, never package text. Detail
 // is this project's one extension of the contract's four keys: present only
-// when the host refused the package's answer (a Refusal), it is the host's
+// when the host refused the package's answer (a refusal), it is the host's
 // parse detail, at most MaxDetail bytes of printable ASCII.
 type Evidence struct {
 	Code        string `json:"code"`
@@ -439,7 +439,7 @@ func EvidenceFor(err error, extensionID string) []byte {
 		extensionID = "unknown"
 	}
 	ev := Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: OpPoll, Schema: EvidenceSchema}
-	var r *Refusal
+	var r *refusal
 	if errors.As(err, &r) {
 		ev.Detail = printable(r.Detail, MaxDetail)
 	}
