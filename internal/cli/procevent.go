@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"firstmate.dev/fm/internal/errcode"
@@ -66,7 +68,10 @@ func init() {
 			}
 			fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
 			fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
-			fmt.Fprintf(e.Stdout, "retire: bin/fm-procevent.sh retire %s --if-owner %s\n", r.SourceID, r.Token)
+			// [REG-2]'s bin/fm-procevent.sh, spelled as the code root's
+			// wrapper by its absolute path, so the line works from any
+			// directory (docs/configuration.md §4).
+			fmt.Fprintf(e.Stdout, "retire: %s retire %s --if-owner %s\n", shellWord(filepath.Join(h.Root, "bin", "fm-procevent.sh")), r.SourceID, r.Token)
 			return nil
 		},
 	})
@@ -351,16 +356,21 @@ func init() {
 		},
 	})
 
-	var pe struct{ sourceID, configRef, resultFile, requestID string }
+	var pe struct {
+		sourceID, configRef, resultFile, requestID string
+		uncaptured, showStderr                     bool
+	}
 	register("extension", &Verb{
 		Name:    "process-event",
-		Args:    "<adapter> <operation> [--source-id S --config-ref R] [--result-file F] [--request-id ID]",
+		Args:    "<adapter> <operation> [--source-id S --config-ref R [--uncaptured]] [--result-file F] [--request-id ID] [--show-stderr]",
 		Summary: "call one process-event-adapter/1 operation directly (for operators and tests); changes no state",
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&pe.sourceID, "source-id", "", "the source id (source.poll: required)")
 			fs.StringVar(&pe.configRef, "config-ref", "", "the configuration reference (source.poll: required)")
 			fs.StringVar(&pe.resultFile, "result-file", "", "a captured result directly inside the inbox (result.*: required)")
 			fs.StringVar(&pe.requestID, "request-id", "", "the request id, sha256:<64 hex> (default: random)")
+			fs.BoolVar(&pe.uncaptured, "uncaptured", false, "source.poll: poll a source id registered in this home anyway; its event is consumed and NOT captured")
+			fs.BoolVar(&pe.showStderr, "show-stderr", false, "print the package's stderr (at most 8192 bytes per invocation, escaped) on stderr; it is never stored")
 		},
 		Run: func(e *Env, args []string) error {
 			if err := need(args, 2, 2, "an adapter and an operation"); err != nil {
@@ -379,13 +389,17 @@ func init() {
 			if err != nil {
 				return err
 			}
+			o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured}
+			if pe.showStderr {
+				o.Stderr = showStderr(e.Stderr)
+			}
 			if op == protocol.OpPoll {
-				return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, pe.requestID)
+				return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, o)
 			}
-			if pe.resultFile == "" || pe.configRef != "" {
-				return errcode.New(errcode.Usage, "%s takes --result-file (and no --config-ref)", op)
+			if pe.resultFile == "" || pe.configRef != "" || pe.uncaptured {
+				return errcode.New(errcode.Usage, "%s takes --result-file (and no --config-ref or --uncaptured)", op)
 			}
-			res, err := procevent.Ask(e.Ctx, h, adapter, op, pe.resultFile, pe.sourceID, pe.requestID)
+			res, err := procevent.Ask(e.Ctx, h, adapter, op, pe.resultFile, pe.sourceID, o)
 			if err != nil {
 				return err
 			}
@@ -402,10 +416,11 @@ func init() {
 
 // directPoll is `fm extension process-event <adapter> source.poll` ([OP-2]):
 // the output on stdout and exit 0; no result: nothing, exit 75; failure: the
-// evidence document ([OP-3]), exit 70. For a registered source it holds the
-// source's claim, and refuses (error[source-active], exit 1) while a runner
-// polls it [RUN-4].
-func directPoll(e *Env, adapter, sourceID, configRef, resultFile, requestID string) error {
+// evidence document ([OP-3]), exit 70. A registered source id is refused
+// (error[source-registered], exit 1) without --uncaptured; with it the poll
+// holds the source's claim, and refuses (error[source-active], exit 1) while
+// a runner polls it [RUN-4].
+func directPoll(e *Env, adapter, sourceID, configRef, resultFile string, o procevent.Direct) error {
 	if resultFile != "" {
 		return errcode.New(errcode.Usage, "source.poll takes no --result-file")
 	}
@@ -422,10 +437,10 @@ func directPoll(e *Env, adapter, sourceID, configRef, resultFile, requestID stri
 	if err != nil {
 		return err
 	}
-	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, requestID)
+	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, o)
 	switch {
 	case err != nil:
-		return err // refused before anything ran (the source's runner is polling it)
+		return err // refused before anything ran (a registered source, or its runner is polling it)
 	case evidence != nil:
 		e.Stdout.Write(evidence)
 		return &ExitError{Status: exitEvidence}
@@ -450,4 +465,17 @@ func (f *serveFlags) declare(fs *flag.FlagSet) {
 func (f *serveFlags) declareReannounce(fs *flag.FlagSet) {
 	f.o = procevent.DefaultServeOptions()
 	fs.DurationVar(&f.o.Reannounce, "reannounce-after", f.o.Reannounce, "re-announce an unhandled result once its capture and its latest wake are older than this (0: every cycle)")
+}
+
+// shellWord quotes s for a POSIX shell when it holds anything but letters,
+// digits and /._+-@%:,= (a code root with a space, say), so a printed
+// command can be pasted as it is.
+func shellWord(s string) string {
+	safe := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._+-@%:,=", r))
+	}) < 0
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -41,6 +41,7 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
 		Setup:               setup,
+		Condition:           condition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"fakemode": fakemode,
 			"mkpkg":    mkpkg,
@@ -55,6 +56,16 @@ func TestScripts(t *testing.T) {
 			"jsondoc":  jsondoc,
 		},
 	})
+}
+
+// condition adds [root]: the scripts run as root and, by
+// scripts/test-unprivileged.sh, as an unprivileged user, and root alone can
+// write into a 0555 store copy.
+func condition(cond string) (bool, error) {
+	if cond == "root" {
+		return os.Geteuid() == 0, nil
+	}
+	return false, fmt.Errorf("unknown condition %q", cond)
 }
 
 func setup(env *testscript.Env) error {

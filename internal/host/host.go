@@ -12,6 +12,8 @@ package host
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,8 +60,9 @@ type BindOptions struct {
 }
 
 // Bind validates the package at opts.Dir, installs it into the store, runs a
-// live handshake against the installed copy and publishes the binding.
-// Nothing is published on any failure.
+// live handshake against the installed copy, revalidates that copy (the
+// handshake ran package code in it: checkAfterHandshake) and publishes the
+// binding. Nothing is published on any failure.
 func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding, error) {
 	if err := checkTrust(opts); err != nil {
 		return nil, err
@@ -107,9 +110,11 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	}
 
 	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
+	_, statErr := os.Lstat(root)
 	if err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress}); err != nil {
 		return nil, err
 	}
+	created := errors.Is(statErr, fs.ErrNotExist)
 	var consents binding.Consents
 	consents.TrustedSameUserCode = true
 	for _, c := range opts.Consents {
@@ -141,8 +146,12 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
-	if err := Handshake(ctx, h, rec, binding.Digest(data)); err != nil {
+	hsErr := Handshake(ctx, h, rec, binding.Digest(data))
+	if err := checkAfterHandshake(rec, created); err != nil {
 		return nil, err
+	}
+	if hsErr != nil {
+		return nil, hsErr
 	}
 	return binding.Publish(h, rec)
 }
@@ -327,6 +336,23 @@ type Call struct {
 	Input     any
 	RequestID string // "" for a fresh random id
 	SourceID  string // recorded in the owner record; may be ""
+	// Stderr, when set, receives the package's stderr of the call's
+	// handshake and invoke (launch.Spec.Stderr). Only an operator's direct
+	// call sets it (--show-stderr); it is never stored [INV-4].
+	Stderr StderrFunc
+}
+
+// StderrFunc receives the stderr of one invocation: its verb ("handshake" or
+// "invoke"), at most protocol.MaxStderr bytes of it, and how many bytes the
+// package wrote.
+type StderrFunc func(verb string, kept []byte, total int64)
+
+// show hands s's stderr to f, when f is set.
+func (f StderrFunc) show(s *launch.Spec) {
+	if f != nil {
+		verb := s.Verb
+		s.Stderr = func(kept []byte, total int64) { f(verb, kept, total) }
+	}
 }
 
 // Invoke revalidates b, handshakes, and runs one operation, returning its
@@ -373,6 +399,8 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err != nil {
 		return nil, err
 	}
+	c.Stderr.show(&hs)
+	c.Stderr.show(&invSpec)
 	// The handshake's barrier is forked first (forks are serialized), then
 	// the invoke's is prepared in the background while the handshake runs.
 	hsp, err := launch.Prepare(ctx, hs)
@@ -382,7 +410,9 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	inv := prepare(ctx, invSpec)
 	var out []byte
 	res, err := hsp.Run(ctx)
-	if err == nil {
+	if err != nil {
+		err = explain(&b.Record, "handshake", err)
+	} else {
 		out = res.Stdout
 		err = protocol.CheckHandshake(out, hsReq)
 	}
@@ -399,7 +429,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	}
 	out, err = inv.run(ctx)
 	if err != nil {
-		return nil, err
+		return nil, explain(&b.Record, "invoke", err)
 	}
 	raw, err := protocol.CheckResponse(out, c.RequestID)
 	if err != nil {
@@ -420,7 +450,7 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	}
 	out, err := launchRun(ctx, s)
 	if err != nil {
-		return err
+		return explain(rec, "handshake", err)
 	}
 	return protocol.CheckHandshake(out, req)
 }

@@ -45,8 +45,10 @@
 // # Streams and time [INV-4], [INV-5]
 //
 // Stdin is written and closed. Stdout is kept up to StdoutLimit; stderr is
-// only counted, never stored or shown. One byte over a limit, the timeout, or
-// cancellation of ctx stops the invocation at once.
+// only counted, never stored or shown, unless the caller asks for it
+// (Spec.Stderr, an operator's direct call): then its first StderrLimit bytes
+// are handed to the caller, and still never stored. One byte over a limit,
+// the timeout, or cancellation of ctx stops the invocation at once.
 //
 // # Group cleanup [GRP-2]
 //
@@ -131,6 +133,12 @@ type Spec struct {
 	StdoutLimit, StderrLimit int
 	// Timeout bounds the invocation from its release (timeout).
 	Timeout time.Duration
+	// Stderr, when set, is called once the group is proved gone (whatever
+	// the outcome, except process-cleanup-failed) with the first
+	// StderrLimit bytes the invocation wrote to stderr and the count of all
+	// of them. Without it stderr is only counted [INV-4]. It serves an
+	// operator's explicit request on a direct call; nothing here stores it.
+	Stderr func(kept []byte, total int64)
 	// Records is <state>/extension-invocations. It is created 0700 if absent
 	// (its parent must exist) and must be a private directory.
 	Records string
@@ -634,7 +642,7 @@ const (
 // of: leader exit, a stream bound crossed, the timeout, ctx cancelled.
 func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
 	inv.out = newStream(s.StdoutLimit, true)
-	inv.errs = newStream(s.StderrLimit, false)
+	inv.errs = newStream(s.StderrLimit, s.Stderr != nil)
 	inv.stdinDone = make(chan struct{})
 	go func() {
 		defer close(inv.stdinDone)
@@ -671,6 +679,9 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 		return nil, stopErr
 	}
 	held := inv.drain()
+	if s.Stderr != nil {
+		s.Stderr(inv.errs.buf[:min(len(inv.errs.buf), s.StderrLimit)], inv.errs.n)
+	}
 	switch cause {
 	case timedOut:
 		return nil, errcode.New(errcode.Timeout, "%s: no answer within %d ms", s.what(), s.Timeout.Milliseconds())
@@ -685,7 +696,7 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 	case ws.Signaled():
 		return nil, errcode.New(errcode.ProcessFailed, "%s: entrypoint killed by signal %d (%s)", s.what(), int(ws.Signal()), ws.Signal())
 	case ws.ExitStatus() != 0 && !slices.Contains(s.AnswerStatuses, ws.ExitStatus()):
-		return nil, errcode.New(errcode.ProcessFailed, "%s: entrypoint exit status %d", s.what(), ws.ExitStatus())
+		return nil, &errcode.Error{Code: errcode.ProcessFailed, Msg: fmt.Sprintf("%s: entrypoint exit status %d", s.what(), ws.ExitStatus()), Err: ExitStatus(ws.ExitStatus())}
 	case ws.leak && !s.StopLeftovers:
 		return nil, errcode.New(errcode.ProcessLeak, "%s: processes of the invocation group outlived the entrypoint; they were stopped", s.what())
 	case held:
@@ -693,6 +704,13 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 	}
 	return &Result{Stdout: inv.out.buf, ExitStatus: ws.ExitStatus()}, nil
 }
+
+// ExitStatus is the cause of a process-failed error for a non-zero exit:
+// the entrypoint's exit status (127 also when the barrier's execve of it
+// failed), for a caller that explains it.
+type ExitStatus int
+
+func (e ExitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // exitState is the leader's wait status plus whether anything of the group
 // was found alive after the leader exited.

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"firstmate.dev/fm/internal/protocol"
 )
@@ -119,21 +121,21 @@ func TestFailureEvidence(t *testing.T) {
 	f.registerExt("s1")
 	f.mode("silent", "true")
 	f.mode("terminal", "true")
-	cases := []struct{ mode, code string }{
-		{"crash", "process-failed"},
-		{"exit7", "process-failed"},
-		{"hang", "timeout"},
-		{"malformed", "response-invalid"},
-		{"ok-false", "extension-unavailable"},
+	cases := []struct{ mode, code, detail string }{
+		{"crash", "process-failed", ""},
+		{"exit7", "process-failed", ""},
+		{"hang", "timeout", ""},
+		{"malformed", "response-invalid", `"detail":"response: truncated json at byte 24",`},
+		{"ok-false", "extension-unavailable", ""},
 	}
 	for i, c := range cases {
 		f.mode("poll", c.mode)
 		seq := i + 1
 		result := filepath.Join(f.h.Inbox(), "s1."+strconv.Itoa(seq)+".result")
-		if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+"\n" {
+		if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+" (evidence: "+c.code+")\n" {
 			t.Fatalf("%s: start printed %q", c.mode, out)
 		}
-		want := `{"code":"` + c.code + `","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
+		want := `{"code":"` + c.code + `",` + c.detail + `"extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
 		if got := f.read(result); got != want {
 			t.Fatalf("%s: evidence %q, want %q", c.mode, got, want)
 		}
@@ -222,5 +224,71 @@ func TestSequencesNeverRepeat(t *testing.T) {
 	}
 	if out := f.ok("procevent", "start", "s1"); !strings.HasSuffix(out, "/s1.3.result\n") {
 		t.Fatalf("after the inbox was emptied: %q", out)
+	}
+}
+
+// [OP-3] [RUN-1] [RUN-2] [INV-4]: a poll whose answer the host refuses (a
+// stray debug line on stdout, an unknown result member) is diagnosable from
+// fm's own output: the evidence carries the host's parse detail (the byte
+// offset, the member's pointer) and no other package text; start says
+// `captured: <path> (evidence: <code>)`; serve says that and the documented
+// `failed: <id> (<code>): <message>` line; a direct poll prints the same
+// evidence.
+func TestPollTimeDiagnosis(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	const tail = `"extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
+	for i, c := range []struct{ mode, detail string }{
+		{"debug-line", "response: invalid json at byte 0; stdout must carry only the answer document (write debug output to stderr)"},
+		{"unknown-key", `source.poll result: unknown key at \"/debug\"`},
+	} {
+		f.mode("poll", c.mode)
+		result := filepath.Join(f.h.Inbox(), "s1."+strconv.Itoa(i+1)+".result")
+		if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+" (evidence: response-invalid)\n" {
+			t.Fatalf("%s: start printed %q", c.mode, out)
+		}
+		want := `{"code":"response-invalid","detail":"` + c.detail + `",` + tail
+		if got := f.read(result); got != want {
+			t.Fatalf("%s: evidence\n got %s\nwant %s", c.mode, got, want)
+		}
+		out, errs, code := f.fm("extension", "process-event", "sig", "source.poll", "--source-id", "unregistered", "--config-ref", "r")
+		if code != 70 || errs != "" || out != want {
+			t.Fatalf("%s: direct poll: exit %d, stdout %q, stderr %q; want 70 and %q", c.mode, code, out, errs, want)
+		}
+		if strings.Contains(out, "PACKAGE-VALUE-TEXT") || strings.Contains(out, "polling") {
+			t.Fatalf("%s: evidence carries package text: %s", c.mode, out)
+		}
+	}
+
+	// serve: the captured line with the code, then the failed line with the
+	// host's message.
+	f.mode("poll", "unknown-key")
+	serve, log := f.serve()
+	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
+	re := regexp.MustCompile(`(?m)^captured: ` + regexp.QuoteMeta(f.h.Inbox()) + `/s1\.\d+\.result \(evidence: response-invalid\)\nfailed: s1 \(response-invalid\): source\.poll result: unknown key at "/debug"$`)
+	waitFor(t, 20*time.Second, "serve's captured and failed lines", func() bool { return re.MatchString(log.String()) })
+	if strings.Contains(log.String(), "PACKAGE-VALUE-TEXT") {
+		t.Fatalf("serve printed package text:\n%s", log.String())
+	}
+}
+
+// [RUN-1] [CAP-4]: a result that the silent verdict marked handled is not
+// announced, and start says so: `silenced: <source-id> <seq>` after its
+// captured line.
+func TestStartSaysSilenced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.mode("silent", "true")
+	result := filepath.Join(f.h.Inbox(), "s1.1.result")
+	if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+"\nsilenced: s1 1\n" {
+		t.Fatalf("start printed %q", out)
+	}
+	f.mode("silent", "false")
+	if out := f.ok("procevent", "start", "s1"); out != "captured: "+filepath.Join(f.h.Inbox(), "s1.2.result")+"\n" {
+		t.Fatalf("start printed %q", out)
 	}
 }

@@ -72,6 +72,7 @@ func TestDirectProcessEvent(t *testing.T) {
 		{"extension", "process-event", "sig", "result.classify"},
 		{"extension", "process-event", "sig", "bogus.op"},
 		{"extension", "process-event", "sig", "source.poll", "--source-id", ".bad", "--config-ref", "r"},
+		{"extension", "process-event", "sig", "result.classify", "--result-file", result, "--uncaptured"},
 	} {
 		if _, _, code := f.fm(args...); code != 2 {
 			t.Fatalf("%v: exit %d, want usage", args, code)
@@ -164,5 +165,56 @@ func TestWakeVerbs(t *testing.T) {
 	}
 	if _, _, code := f.fm("wake", "list", "--after", "-1"); code != 2 {
 		t.Fatal("--after -1 must be a usage error")
+	}
+}
+
+// [OP-2] [INV-4] [OP-3]: --show-stderr on a direct call shows the package's
+// stderr to the operator who asked, on fm's stderr only: each line prefixed
+// stderr[<verb>]:, control bytes escaped, at most 8,192 bytes with a note of
+// the rest. Without the flag nothing is shown; the evidence on stdout and a
+// captured result never carry it.
+func TestDirectShowStderr(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	poll := []string{"extension", "process-event", "sig", "source.poll", "--source-id", "d1", "--config-ref", "ref"}
+	evidence := `{"code":"process-failed","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
+	f.mode("poll", "noisy-fail")
+	out, errs, code := f.fm(poll...)
+	if code != 70 || out != evidence || errs != "" {
+		t.Fatalf("without the flag: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	out, errs, code = f.fm(append(poll, "--show-stderr")...)
+	want := "stderr[invoke]: traceback: boom\nstderr[invoke]: \\u{001b}[2Jbad\\tline\n"
+	if code != 70 || out != evidence || errs != want {
+		t.Fatalf("with the flag: exit %d, stdout %q, stderr %q; want stderr %q", code, out, errs, want)
+	}
+
+	f.mode("poll", "stderr-flood")
+	out, errs, code = f.fm(append(poll, "--show-stderr")...)
+	lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+	if code != 70 || !strings.Contains(out, `"code":"stderr-oversized"`) || len(lines) != 2 ||
+		lines[0] != "stderr[invoke]: "+strings.Repeat("e", 8192) || !strings.HasPrefix(lines[1], "stderr[invoke] cut: ") || !strings.HasSuffix(lines[1], " bytes written, the first 8192 shown") {
+		t.Fatalf("flood: exit %d, stdout %q, stderr %d bytes %.200q", code, out, len(errs), errs)
+	}
+
+	// A capture by the runner never holds it.
+	f.registerExt("s1")
+	f.mode("poll", "noisy-fail")
+	f.ok("procevent", "start", "s1")
+	for _, n := range f.inbox() {
+		if strings.Contains(f.read(filepath.Join(f.h.Inbox(), n)), "traceback") {
+			t.Fatalf("%s holds the package's stderr", n)
+		}
+	}
+
+	// A failed invoke of a direct result operation says how to see the
+	// stderr, and where a package may write.
+	f.mode("poll", "result")
+	f.ok("procevent", "start", "s1")
+	f.mode("terminal", "crash")
+	errs = f.fails("process-failed", "extension", "process-event", "sig", "result.terminal", "--result-file", filepath.Join(f.h.Inbox(), "s1.2.result"))
+	if !strings.HasSuffix(errs, "entrypoint exit status 7; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr)\n") {
+		t.Fatalf("terminal failure: %q", errs)
 	}
 }

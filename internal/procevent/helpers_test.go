@@ -191,7 +191,7 @@ func (f *fixture) registerExt(id string) string {
 	if m == nil {
 		f.t.Fatalf("no owner token in %q", out)
 	}
-	want := fmt.Sprintf("registered: %s (sig from %s@1.0.0)\nowner-token: %s\nretire: bin/fm-procevent.sh retire %s --if-owner %s\n", id, extID, m[1], id, m[1])
+	want := fmt.Sprintf("registered: %s (sig from %s@1.0.0)\nowner-token: %s\nretire: %s/bin/fm-procevent.sh retire %s --if-owner %s\n", id, extID, m[1], f.h.Root, id, m[1])
 	if out != want {
 		f.t.Fatalf("register-extension printed %q, want %q", out, want)
 	}

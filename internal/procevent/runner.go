@@ -29,9 +29,10 @@ type Outcome struct {
 	Status   Status
 	Path     string // the captured result, when Status is Captured
 	Sequence int64
-	Evidence bool // the capture is failure evidence [OP-3]
-	Silent   bool // the silent verdict marked it handled; it was not announced
-	Retired  bool // the terminal verdict retired the polled generation
+	Evidence bool  // the capture is failure evidence [OP-3]
+	Failure  error // with Evidence: the poll's failure, in the host's words
+	Silent   bool  // the silent verdict marked it handled; it was not announced
+	Retired  bool  // the terminal verdict retired the polled generation
 }
 
 // Start is the generic runner ([RUN-1]): one attached poll of source id, then
@@ -161,22 +162,23 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		return nil, err
 	}
 
-	content, evidence, owner, err := d.poll(pctx, r, seq)
+	p, err := d.poll(pctx, r, seq)
 	if err != nil {
 		return nil, err
 	}
 	out := &Outcome{SourceID: id, Status: NoResult}
-	if content == nil {
+	if p.content == nil {
 		return out, nil
 	}
-	m, path, err := d.capture(r, seq, content, evidence)
+	evidence := p.failure != nil
+	m, path, err := d.capture(r, seq, p.content, evidence)
 	if err != nil {
 		return nil, err
 	}
-	out.Status, out.Path, out.Sequence, out.Evidence = Captured, path, seq, evidence
+	out.Status, out.Path, out.Sequence, out.Evidence, out.Failure = Captured, path, seq, evidence, p.failure
 	var v *verdicts
 	if !evidence {
-		v = &verdicts{h: d.h, meta: m, owner: owner, content: content}
+		v = &verdicts{h: d.h, meta: m, owner: p.owner, content: p.content}
 		if v.is(pctx, protocol.OpSilent) {
 			if _, err := d.markHandled(id, seq, HandledBySilent); err != nil {
 				return out, err
@@ -202,11 +204,18 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	return out, nil
 }
 
-// poll runs one poll of r. It returns the bytes to capture (nil for no
-// result), whether they are failure evidence, and the extension binding that
-// answered. A built-in failure and any interrupted poll are errors: nothing is
-// captured for them.
-func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) ([]byte, bool, *binding.Binding, error) {
+// polled is what one poll gave: the bytes to capture (nil for no result),
+// the failure they are evidence of (nil for a result), and the extension
+// binding that answered a result.
+type polled struct {
+	content []byte
+	failure error
+	owner   *binding.Binding
+}
+
+// poll runs one poll of r. A built-in failure and any interrupted poll are
+// errors: nothing is captured for them.
+func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, error) {
 	var (
 		out []byte
 		b   *binding.Binding
@@ -216,22 +225,22 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) ([]byte, bo
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
 			in := protocol.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
-			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest))
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), nil)
 		}
 	} else {
 		out, err = pollBuiltin(ctx, d.h, r)
 	}
 	switch {
 	case err == nil:
-		return out, false, b, nil
+		return &polled{content: out, owner: b}, nil
 	case errors.Is(context.Cause(ctx), errStopped):
-		return nil, false, nil, stopped(r.SourceID)
+		return nil, stopped(r.SourceID)
 	case ctx.Err() != nil:
-		return nil, false, nil, errcode.New(errcode.ProcessFailed, "the poll of %q was interrupted; nothing was captured (the next poll repeats its request id)", r.SourceID)
+		return nil, errcode.New(errcode.ProcessFailed, "the poll of %q was interrupted; nothing was captured (the next poll repeats its request id)", r.SourceID)
 	case r.External():
-		return evidenceFor(err, r.ExtensionID), true, nil, nil
+		return &polled{content: evidenceFor(err, r.ExtensionID), failure: err}, nil
 	}
-	return nil, false, nil, err
+	return nil, err
 }
 
 // stopped is the error of a pass that a retire's stop request ended.

@@ -86,11 +86,20 @@ func (o *ServeOptions) check() error {
 }
 
 // Line is the [RUN-1] text of an outcome: one or two lines, no newline at
-// the end.
+// the end. A capture of failure evidence says so and names its code
+// (`captured: <path> (evidence: <code>)`), and a result the silent verdict
+// marked handled is followed by `silenced: <source-id> <seq>`, so neither
+// looks like an ordinary announced result.
 func (o *Outcome) Line() string {
 	switch o.Status {
 	case Captured:
 		s := "captured: " + o.Path
+		if o.Evidence {
+			s += " (evidence: " + string(errcode.Of(o.Failure)) + ")"
+		}
+		if o.Silent {
+			s += fmt.Sprintf("\nsilenced: %s %d", o.SourceID, o.Sequence)
+		}
 		if o.Retired {
 			s += "\nretired: " + o.SourceID + " (terminal)"
 		}
@@ -226,6 +235,10 @@ func (s *supervisor) source(ctx context.Context, id string) {
 			failed = false
 		case err != nil:
 			s.log("failed: %s (%s): %v", id, errcode.Of(err), err)
+		case out.Evidence:
+			// The failure was captured as evidence: say where, then why
+			// in the host's words (the evidence's code and detail).
+			s.log("%s\nfailed: %s (%s): %v", out.Line(), id, errcode.Of(out.Failure), out.Failure)
 		case out.Status == Captured:
 			s.log("%s", out.Line())
 		}

@@ -42,15 +42,15 @@ type verdicts struct {
 // is asks the owner op (result.terminal or result.silent); any failure is
 // false.
 func (v *verdicts) is(ctx context.Context, op string) bool {
-	res, err := ask(ctx, v.h, v.meta, v.owner, op, v.content, "")
+	res, err := ask(ctx, v.h, v.meta, v.owner, op, v.content, Direct{})
 	b, ok := res.(*protocol.BoolResult)
 	return err == nil && ok && b.Value
 }
 
 // ask asks the owner of the result m one result operation. b is the owner
 // binding when the caller already holds it; nil resolves it from m. An empty
-// requestID is a fresh random one.
-func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op string, content []byte, requestID string) (any, error) {
+// o.RequestID is a fresh random one.
+func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op string, content []byte, o Direct) (any, error) {
 	if m.Kind == KindBuiltin {
 		return askBuiltin(ctx, h, m, op, content)
 	}
@@ -67,8 +67,9 @@ func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op stri
 		Adapter:   m.Adapter,
 		Operation: op,
 		Input:     protocol.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)},
-		RequestID: requestID,
+		RequestID: o.RequestID,
 		SourceID:  m.SourceID,
+		Stderr:    o.Stderr,
 	})
 }
 
@@ -96,19 +97,30 @@ func Classify(ctx context.Context, h *home.Home, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	res, err := ask(ctx, h, l.meta, nil, protocol.OpClassify, l.content, "")
+	res, err := ask(ctx, h, l.meta, nil, protocol.OpClassify, l.content, Direct{})
 	if err != nil {
 		return "", err
 	}
 	return res.(*protocol.ClassifyResult).Classification, nil
 }
 
+// Direct are an operator's options of a direct call ([OP-2]).
+type Direct struct {
+	RequestID string // "" for a fresh random id
+	// Uncaptured lets a direct source.poll run for a source id that is
+	// registered in the home, whose event it then consumes outside
+	// capture (see Poll).
+	Uncaptured bool
+	// Stderr, when set, receives the package's stderr (host.Call.Stderr).
+	Stderr host.StderrFunc
+}
+
 // Ask is the direct call of a result operation ([OP-2]): it asks the owner of
 // the extension result at path, which must have been captured for adapter
-// (and, when sourceID is not empty, for that source), with requestID (random
-// when empty). It changes no state: a terminal or silent answer here is only
-// printed, never acted on [CAP-7].
-func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID, requestID string) (any, error) {
+// (and, when sourceID is not empty, for that source), with o.RequestID
+// (random when empty). It changes no state: a terminal or silent answer here
+// is only printed, never acted on [CAP-7].
+func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID string, o Direct) (any, error) {
 	if op == protocol.OpPoll {
 		return nil, errcode.New(errcode.Usage, "%s takes no --result-file", op)
 	}
@@ -124,24 +136,26 @@ func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID, request
 	case sourceID != "" && sourceID != l.meta.SourceID:
 		return nil, errcode.New(errcode.Usage, "result %q belongs to source %q, not %q", path, l.meta.SourceID, sourceID)
 	}
-	return ask(ctx, h, l.meta, nil, op, l.content, requestID)
+	return ask(ctx, h, l.meta, nil, op, l.content, o)
 }
 
 // Poll is the direct call of source.poll ([OP-2]): it resolves the binding of
-// adapter and polls once with requestID (random when empty). It returns the
+// adapter and polls once with o.RequestID (random when empty). It returns the
 // output, or nil for no result, or the failure evidence document ([OP-3]):
 // any failure of the poll, including an unresolvable binding, becomes
 // evidence.
 //
-// When in.SourceID names a registered source, the direct poll is a poll of
-// that source [RUN-4]: it takes the source's claim without waiting, exactly
-// as a runner does, or refuses (err, source-active) while a runner holds it;
-// it resolves what dead runners of the source left and refuses
-// (process-cleanup-failed) while a poll's group stays unproven; and a
-// retire's stop request stops it like a runner's poll. It captures and
-// announces nothing. These refusals are errors, not evidence: nothing ran.
-func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInput, requestID string) (output, evidence []byte, err error) {
-	ctx, release, err := holdForDirectPoll(ctx, h, in.SourceID)
+// A direct poll captures and announces nothing, so for a source id that is
+// registered in the home it would consume the source's event and lose it:
+// it is refused (source-registered) unless o.Uncaptured says the operator
+// knows. With it, the direct poll is a poll of that source [RUN-4]: it takes
+// the source's claim without waiting, exactly as a runner does, or refuses
+// (source-active) while a runner holds it; it resolves what dead runners of
+// the source left and refuses (process-cleanup-failed) while a poll's group
+// stays unproven; and a retire's stop request stops it like a runner's poll.
+// These refusals are errors, not evidence: nothing ran.
+func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInput, o Direct) (output, evidence []byte, err error) {
+	ctx, release, err := holdForDirectPoll(ctx, h, in.SourceID, o.Uncaptured)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,18 +164,19 @@ func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInp
 	if err != nil {
 		return nil, evidenceFor(err, ""), nil
 	}
-	out, err := pollExtension(ctx, h, b, adapter, in, requestID)
+	out, err := pollExtension(ctx, h, b, adapter, in, o.RequestID, o.Stderr)
 	if err != nil {
 		return nil, evidenceFor(err, b.ExtensionID), nil
 	}
 	return out, nil, nil
 }
 
-// holdForDirectPoll takes the claim of source id for a direct poll when id is
-// registered (see Poll), and returns the context the poll runs under (a
-// retire's stop request cancels it) and the function that releases the
-// claim. An unregistered id is not claimed, and nothing is created for it.
-func holdForDirectPoll(ctx context.Context, h *home.Home, id string) (context.Context, func(), error) {
+// holdForDirectPoll refuses a direct poll of a registered source id unless
+// uncaptured, and then takes its claim (see Poll). It returns the context the
+// poll runs under (a retire's stop request cancels it) and the function that
+// releases the claim. An unregistered id is not claimed, and nothing is
+// created for it.
+func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured bool) (context.Context, func(), error) {
 	none := func() {}
 	d, err := openDirs(h, false, false)
 	if err == errAbsent {
@@ -170,7 +185,23 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string) (context.Co
 	if err != nil {
 		return nil, nil, err
 	}
-	c, _, err := d.claimSource(id)
+	refuse := func(r *Registration) error {
+		return errcode.New(errcode.SourceRegistered, "source %q is registered in this home (adapter %s): a direct poll would consume its event outside capture and the event would be lost; run fm procevent start %s, or pass --uncaptured to poll anyway", id, r.Adapter, id)
+	}
+	if d.reg != nil && !uncaptured {
+		// Before the claim, so that a source whose runner polls it
+		// gets this refusal rather than source-active.
+		r, err := readRegistration(d.reg, id)
+		switch {
+		case err == nil:
+			d.close()
+			return nil, nil, refuse(r)
+		case !errcode.Is(err, errcode.SourceMissing):
+			d.close()
+			return nil, nil, err
+		}
+	}
+	c, r, err := d.claimSource(id)
 	switch {
 	case errcode.Is(err, errcode.SourceMissing):
 		d.close()
@@ -181,6 +212,11 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string) (context.Co
 	case c == nil:
 		d.close()
 		return nil, nil, errcode.New(errcode.SourceActive, "source %q is registered and its runner is polling it; a direct poll would run beside it: wait for the poll to end (or stop fm procevent serve), then retry", id)
+	case !uncaptured:
+		// Registered since the check above: the claim proves it now.
+		c.release()
+		d.close()
+		return nil, nil, refuse(r)
 	}
 	pctx, endWatch, err := d.watchStop(ctx, id)
 	if err == nil {
@@ -201,8 +237,8 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string) (context.Co
 
 // pollExtension runs source.poll on b; nil output with a nil error is no
 // result.
-func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in protocol.PollInput, requestID string) ([]byte, error) {
-	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: adapter, Operation: protocol.OpPoll, Input: in, RequestID: requestID, SourceID: in.SourceID})
+func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in protocol.PollInput, requestID string, stderr host.StderrFunc) ([]byte, error) {
+	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: adapter, Operation: protocol.OpPoll, Input: in, RequestID: requestID, SourceID: in.SourceID, Stderr: stderr})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -274,13 +276,13 @@ var hidden = strictjson.DecodeOpts{HidePointers: true}
 func CheckHandshake(data []byte, req *HandshakeRequest) error {
 	var resp HandshakeResponse
 	if err := strictjson.DecodeWith(data, MaxEnvelope, "handshake response", &resp, hidden); err != nil {
-		return errcode.Wrap(errcode.HandshakeInvalid, nil, "%s", err.Error())
+		return refused(errcode.HandshakeInvalid, err)
 	}
 	if resp.RequestID != req.RequestID {
-		return errcode.New(errcode.RequestIDMismatch, "handshake response: request_id does not match the request")
+		return refuse(errcode.RequestIDMismatch, "handshake response: request_id does not match the request")
 	}
 	bad := func(field string) error {
-		return errcode.New(errcode.HandshakeInvalid, "handshake response: %s does not match the binding", field)
+		return refuse(errcode.HandshakeInvalid, "handshake response: %s does not match the binding", field)
 	}
 	switch {
 	case resp.Schema != HandshakeResponseSchema:
@@ -317,29 +319,29 @@ func sameSet(a, b []string) bool {
 func CheckResponse(data []byte, requestID string) (jsontext.Value, error) {
 	var resp Response
 	if err := strictjson.DecodeWith(data, MaxEnvelope, "response", &resp, hidden); err != nil {
-		return nil, errcode.Wrap(errcode.ResponseInvalid, nil, "%s", err.Error())
+		return nil, refused(errcode.ResponseInvalid, err)
 	}
 	if resp.Schema != ResponseSchema {
-		return nil, errcode.New(errcode.ResponseInvalid, "response: schema must be %q", ResponseSchema)
+		return nil, refuse(errcode.ResponseInvalid, "response: schema must be %q", ResponseSchema)
 	}
 	if resp.RequestID != requestID {
-		return nil, errcode.New(errcode.RequestIDMismatch, "response: request_id does not match the request")
+		return nil, refuse(errcode.RequestIDMismatch, "response: request_id does not match the request")
 	}
 	if resp.OK {
 		if resp.Error != nil || resp.Result.Kind() != '{' {
-			return nil, errcode.New(errcode.ResponseInvalid, "response: ok=true needs an object result and a null error")
+			return nil, refuse(errcode.ResponseInvalid, "response: ok=true needs an object result and a null error")
 		}
 		return resp.Result, nil
 	}
 	if resp.Error == nil || resp.Result.Kind() != 'n' {
-		return nil, errcode.New(errcode.ResponseInvalid, "response: ok=false needs a null result and an error object")
+		return nil, refuse(errcode.ResponseInvalid, "response: ok=false needs a null result and an error object")
 	}
 	e := resp.Error
 	if !slices.Contains(PackageErrorCodes, e.Code) {
-		return nil, errcode.New(errcode.ResponseInvalid, "response: error.code is not one of %s", strings.Join(PackageErrorCodes, ", "))
+		return nil, refuse(errcode.ResponseInvalid, "response: error.code is not one of %s", strings.Join(PackageErrorCodes, ", "))
 	}
 	if !ValidDiagnostic(e.Diagnostic) {
-		return nil, errcode.New(errcode.ResponseInvalid, "response: error.diagnostic must be 1..%d bytes without control characters", MaxDiagnostic)
+		return nil, refuse(errcode.ResponseInvalid, "response: error.diagnostic must be 1..%d bytes without control characters", MaxDiagnostic)
 	}
 	retry := ""
 	if e.Retryable {
@@ -351,7 +353,7 @@ func CheckResponse(data []byte, requestID string) (jsontext.Value, error) {
 // DecodeResult parses an operation's result object into the operation's exact
 // shape and applies its value rules.
 func DecodeResult(op string, raw jsontext.Value) (any, error) {
-	wrap := func(err error) error { return errcode.Wrap(errcode.ResponseInvalid, nil, "%s", err.Error()) }
+	wrap := func(err error) error { return refused(errcode.ResponseInvalid, err) }
 	what := op + " result"
 	switch op {
 	case OpPoll:
@@ -363,9 +365,9 @@ func DecodeResult(op string, raw jsontext.Value) (any, error) {
 		case r.Status == "result" && len(r.Output) >= 1 && len(r.Output) <= MaxPollOutput:
 		case r.Status == "no-result" && r.Output == "":
 		case r.Status == "result" && len(r.Output) > MaxPollOutput:
-			return nil, errcode.New(errcode.ResponseOversized, "%s: output is larger than %d bytes", what, MaxPollOutput)
+			return nil, refuse(errcode.ResponseOversized, "%s: output is larger than %d bytes", what, MaxPollOutput)
 		default:
-			return nil, errcode.New(errcode.ResponseInvalid, "%s: needs status \"result\" with 1..%d bytes of output, or \"no-result\" with empty output", what, MaxPollOutput)
+			return nil, refuse(errcode.ResponseInvalid, "%s: needs status \"result\" with 1..%d bytes of output, or \"no-result\" with empty output", what, MaxPollOutput)
 		}
 		return &r, nil
 	case OpClassify:
@@ -374,7 +376,7 @@ func DecodeResult(op string, raw jsontext.Value) (any, error) {
 			return nil, wrap(err)
 		}
 		if !ValidClassification(r.Classification) {
-			return nil, errcode.New(errcode.ResponseInvalid, "%s: classification must be a lower-case token of at most %d bytes", what, MaxClassifyToken)
+			return nil, refuse(errcode.ResponseInvalid, "%s: classification must be a lower-case token of at most %d bytes", what, MaxClassifyToken)
 		}
 		return &r, nil
 	case OpTerminal, OpSilent:
@@ -387,22 +389,78 @@ func DecodeResult(op string, raw jsontext.Value) (any, error) {
 	return nil, errcode.New(errcode.Usage, "unknown operation %q (one of %s)", op, strings.Join(Operations, ", "))
 }
 
+// refusal is the host's own account of why it refused a package's answer
+// (a handshake or invoke response, or an operation's result): the parse
+// detail of strictjson (byte offset, JSON pointer, at most the escaped and
+// bounded name of an unknown member) or the rule the answer broke. Its text
+// is the coded error's message, and the evidence of a failed poll carries it
+// as "detail" (EvidenceFor). It never holds any other package text: no value,
+// no diagnostic, no stderr.
+type refusal struct{ Detail string }
+
+func (r *refusal) Error() string { return r.Detail }
+
+// refuse is a coded refusal of a package's answer with the host's words.
+func refuse(code errcode.Code, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	return &errcode.Error{Code: code, Msg: msg, Err: &refusal{Detail: msg}}
+}
+
+// refused turns a strictjson refusal of a package's answer into code. Text
+// that is not JSON, or a second document, is most often a stray line on
+// stdout, so that refusal says where the package's own output must go.
+func refused(code errcode.Code, err error) error {
+	msg := err.Error()
+	if errors.Is(err, strictjson.ErrStrayText) {
+		msg += "; stdout must carry only the answer document (write debug output to stderr)"
+	}
+	return refuse(code, "%s", msg)
+}
+
 // Evidence is the host-produced document that replaces a failed source.poll
-// ([OP-3]). It carries only host-chosen values, never package text.
+// ([OP-3]). It carries only host-chosen values, never package text. Detail
+// is this project's one extension of the contract's four keys: present only
+// when the host refused the package's answer (a refusal), it is the host's
+// parse detail, at most MaxDetail bytes of printable ASCII.
 type Evidence struct {
 	Code        string `json:"code"`
+	Detail      string `json:"detail,omitzero"`
 	ExtensionID string `json:"extension_id"`
 	Operation   string `json:"operation"`
 	Schema      string `json:"schema"`
 }
+
+// MaxDetail bounds the evidence's detail in bytes.
+const MaxDetail = 200
 
 // EvidenceFor returns the canonical evidence line for a failed poll.
 func EvidenceFor(err error, extensionID string) []byte {
 	if extensionID == "" {
 		extensionID = "unknown"
 	}
-	b, _ := strictjson.Canonical(Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: OpPoll, Schema: EvidenceSchema})
+	ev := Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: OpPoll, Schema: EvidenceSchema}
+	var r *refusal
+	if errors.As(err, &r) {
+		ev.Detail = printable(r.Detail, MaxDetail)
+	}
+	b, _ := strictjson.Canonical(ev)
 	return b
+}
+
+// printable bounds s to n bytes of printable ASCII: any other byte becomes
+// '?', and a longer text is cut and ends in "...". The host's refusal texts
+// are ASCII already; this keeps the bound a property of the evidence itself.
+func printable(s string, n int) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	if len(b) > n {
+		b = append(b[:n-3], "..."...)
+	}
+	return string(b)
 }
 
 func trunc(s string) string {

@@ -1,11 +1,13 @@
 package protocol
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/strictjson"
 )
 
 const rid = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -228,9 +230,11 @@ func TestPredicates(t *testing.T) {
 }
 
 // [PROTO-4] [PROTO-2] [JSON-1] object keys are package-chosen text: a
-// handshake response, an invoke response or a result with an unknown or
-// duplicate key named like a secret is refused with a message that names
-// only the host's own keys, never the package's.
+// handshake response, an invoke response or a result with a duplicate key or
+// a key inside a value named like a secret is refused with a message that
+// names only the host's own keys. The one package key a refusal names is an
+// unknown member directly inside a host object, because its author needs it:
+// only that name, escaped and bounded (strictjson.MaxShownKey).
 func TestRefusalsHidePackageKeys(t *testing.T) {
 	const secret = "SECRET-TOKEN-abc123"
 	check := func(t *testing.T, err error, code errcode.Code, want string) {
@@ -242,17 +246,31 @@ func TestRefusalsHidePackageKeys(t *testing.T) {
 			t.Fatalf("message %q: want %q and no package key", err, want)
 		}
 	}
+	named := func(t *testing.T, err error, code errcode.Code, want string) {
+		t.Helper()
+		if errcode.Of(err) != code || err == nil || err.Error() != want {
+			t.Fatalf("got %v (%s), want %s %q", err, errcode.Of(err), code, want)
+		}
+	}
 	t.Run("handshake", func(t *testing.T) {
-		in := strings.Replace(hsGood, `"host_protocol":1`, `"host_protocol":1,"`+secret+`":1`, 1)
-		check(t, CheckHandshake([]byte(in), hsReq()), errcode.HandshakeInvalid, "unknown key in the document")
+		in := strings.Replace(hsGood, `"host_protocol":1`, `"host_protocol":1,"debug":1`, 1)
+		named(t, CheckHandshake([]byte(in), hsReq()), errcode.HandshakeInvalid, `handshake response: unknown key at "/debug"`)
 	})
-	errResp := `{"schema":"firstmate.extension-response.v1","request_id":"` + rid + `","ok":false,"result":null,"error":{"code":"internal","retryable":false,"diagnostic":"x","` + secret + `":1}}`
+	errResp := `{"schema":"firstmate.extension-response.v1","request_id":"` + rid + `","ok":false,"result":null,"error":{"code":"internal","retryable":false,"diagnostic":"x","trace":1}}`
+	named2 := map[string]struct{ in, want string }{
+		"unknown key in error":  {errResp, `response: unknown key at "/error/trace"`},
+		"unknown top-level key": {strings.Replace(okResp, `"ok":true`, `"ok":true,"log\u001b[31m":1`, 1), `response: unknown key at "/log\x1b[31m"`},
+	}
+	for name, c := range named2 {
+		t.Run(name, func(t *testing.T) {
+			_, err := CheckResponse([]byte(c.in), rid)
+			named(t, err, errcode.ResponseInvalid, c.want)
+		})
+	}
 	for name, c := range map[string]struct {
 		in, want string
 		code     errcode.Code
 	}{
-		"unknown key in error":       {errResp, `unknown key in "/error"`, errcode.ResponseInvalid},
-		"unknown top-level key":      {strings.Replace(okResp, `"ok":true`, `"ok":true,"`+secret+`":1`, 1), "unknown key in the document", errcode.ResponseInvalid},
 		"duplicate key in result":    {strings.Replace(okResp, `{"status"`, `{"`+secret+`":1,"`+secret+`":2,"status"`, 1), `duplicate object key at byte`, errcode.ResponseInvalid},
 		"deep key in a result value": {strings.Replace(okResp, `"output":"hi"`, `"output":"hi","x":{"`+secret+`":[1,}`, 1), `in "/result"`, errcode.ResponseInvalid},
 	} {
@@ -262,9 +280,59 @@ func TestRefusalsHidePackageKeys(t *testing.T) {
 		})
 	}
 	t.Run("result", func(t *testing.T) {
-		_, err := DecodeResult(OpPoll, []byte(`{"status":"result","output":"hi","`+secret+`":true}`))
-		check(t, err, errcode.ResponseInvalid, "unknown key in the document")
+		_, err := DecodeResult(OpPoll, []byte(`{"status":"result","output":"hi","debug":true}`))
+		named(t, err, errcode.ResponseInvalid, `source.poll result: unknown key at "/debug"`)
 		_, err = DecodeResult(OpClassify, []byte(`{"classification":{"`+secret+`":1}}`))
 		check(t, err, errcode.ResponseInvalid, `wrong type or value at "/classification"`)
+	})
+}
+
+// [OP-3] [INV-4] a poll whose answer the host refused leaves evidence with
+// the host's own parse detail ("detail", this project's one extension of the
+// four keys): the byte offset of a stray stdout line, the pointer of an
+// unknown member. Canonical (keys sorted), printable ASCII, at most
+// MaxDetail bytes, and never any other package text: not a value, not the
+// diagnostic of an ok=false answer. Failures that are not a refusal of the
+// answer keep the contract's exact four keys.
+func TestEvidenceDetail(t *testing.T) {
+	evidence := func(resp string) string {
+		t.Helper()
+		_, err := CheckResponse([]byte(resp), rid)
+		if err == nil {
+			raw, _ := CheckResponse([]byte(okResp), rid)
+			_, err = DecodeResult(OpPoll, raw)
+		}
+		return string(EvidenceFor(err, "org.example.x"))
+	}
+	const tail = `"extension_id":"org.example.x","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}`
+	for name, c := range map[string]struct{ in, want string }{
+		"stray line before": {"debug: polling\n" + okResp,
+			`{"code":"response-invalid","detail":"response: invalid json at byte 0; stdout must carry only the answer document (write debug output to stderr)",` + tail},
+		"stray line after": {okResp + "\n{\"debug\":1}\n",
+			`{"code":"response-invalid","detail":"response: more than one json document (the second starts at byte ` + fmt.Sprint(len(okResp)+1) + `); stdout must carry only the answer document (write debug output to stderr)",` + tail},
+		"unknown key": {strings.Replace(okResp, `"ok":true`, `"ok":true,"debug":1`, 1),
+			`{"code":"response-invalid","detail":"response: unknown key at \"/debug\"",` + tail},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := evidence(c.in); got != c.want {
+				t.Fatalf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+	t.Run("bounded", func(t *testing.T) {
+		got := string(EvidenceFor(refuse(errcode.ResponseInvalid, "%s", strings.Repeat("\u00e9x", 300)), "org.example.x"))
+		var ev Evidence
+		if err := strictjson.Decode([]byte(got), 4096, "evidence", &ev); err != nil {
+			t.Fatal(err)
+		}
+		if len(ev.Detail) != MaxDetail || !strings.HasSuffix(ev.Detail, "...") || strings.ContainsFunc(ev.Detail, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+			t.Fatalf("detail %q: want %d bytes of printable ASCII ending in ...", ev.Detail, MaxDetail)
+		}
+	})
+	t.Run("no package text", func(t *testing.T) {
+		resp := `{"schema":"firstmate.extension-response.v1","request_id":"` + rid + `","ok":false,"result":null,"error":{"code":"unavailable","retryable":true,"diagnostic":"SECRET-DIAGNOSTIC"}}`
+		if got := evidence(resp); got != `{"code":"extension-unavailable",`+tail {
+			t.Fatalf("got %s", got)
+		}
 	})
 }

@@ -13,12 +13,16 @@
 //   - integers where the Go field is an integer (1.0 and 1e2 are refused).
 //
 // Syntax failures are json-invalid; shape failures are schema-invalid. Messages
-// name the document and the JSON pointer, never the document's text, because
-// some documents (responses) carry package text that must not be shown. A
-// pointer itself holds the document's object keys, so for a document whose
-// keys a package chose, DecodeWith with HidePointers shows a pointer only as
-// far as its segments are keys of the Go type decoded into (CONTRACT
-// [PROTO-4]): `unknown key in "/error"`, never the unknown key itself.
+// name the document, the byte offset and the JSON pointer, never the
+// document's text, because some documents (responses) carry package text that
+// must not be shown. A pointer itself holds the document's object keys, so
+// for a document whose keys a package chose, DecodeWith with HidePointers
+// shows a pointer only as far as its segments are keys of the Go type decoded
+// into (CONTRACT [PROTO-4]), with one exception: an unknown member directly
+// inside a known object is named, because its author needs exactly that name
+// to fix it, and it is shown bounded (MaxShownKey bytes) and escaped to
+// printable ASCII: `unknown key at "/result/debug"`. A key inside a raw value,
+// a map key and a duplicate key past the known prefix stay hidden.
 //
 // Documents the host writes (CONTRACT [JSON-2]) are canonical: keys sorted
 // bytewise, no insignificant whitespace; or pretty: the same order, two-space
@@ -28,6 +32,7 @@ package strictjson
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strconv"
@@ -42,6 +47,12 @@ import (
 
 // MaxDepth bounds nesting of objects and arrays in any document read.
 const MaxDepth = 32
+
+// ErrStrayText is the cause of a json-invalid refusal where the document
+// holds text that is not JSON (an invalid character) or a second value after
+// the first: what a stray line in a stream that must carry one document
+// looks like.
+var ErrStrayText = errors.New("text that is not part of the json document")
 
 // Read reads at most limit bytes from r. One byte more is json-oversized.
 func Read(r io.Reader, limit int, what string) ([]byte, error) {
@@ -68,8 +79,10 @@ type DecodeOpts struct {
 	// invoke responses, operation results: CONTRACT [PROTO-4]). A JSON
 	// pointer is shown only as far as each segment is a key of the Go type
 	// being decoded (or an array index below one), and a refusal past that
-	// prefix is reported "in" it: `unknown key in "/error"`, `duplicate
-	// object key at byte 57 in "/result"`, `unknown key in the document`.
+	// prefix is reported "in" it: `duplicate object key at byte 57 in
+	// "/result"`, `wrong type or value in "/m"`. The one exception is an
+	// unknown member directly inside a known object, named bounded and
+	// escaped (unknownAt): `unknown key at "/error/trace"`.
 	HidePointers bool
 }
 
@@ -131,9 +144,11 @@ func (r *reporter) checkSyntax(data []byte) error {
 			break
 		}
 	}
+	end := dec.InputOffset()
 	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
-			return errcode.New(errcode.JSONInvalid, "%s: more than one json document", what)
+			next := end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))
+			return &errcode.Error{Code: errcode.JSONInvalid, Msg: fmt.Sprintf("%s: more than one json document (the second starts at byte %d)", what, next), Err: ErrStrayText}
 		}
 		return r.syntaxError(data, err)
 	}
@@ -393,6 +408,36 @@ func (r *reporter) known(p string) (string, bool) {
 	return shown, true
 }
 
+// MaxShownKey bounds the bytes of an unknown member's name that a hidden
+// pointer shows (see unknownAt); a longer name is cut at a character
+// boundary and marked "...".
+const MaxShownKey = 32
+
+// unknownAt is the place suffix of an unknown member at the JSON pointer p.
+// With hide, a member directly inside an object whose pointer is all known
+// keys is named too: its last segment, cut to MaxShownKey bytes and, with the
+// whole pointer, quoted as printable ASCII (strconv.QuoteToASCII), so no
+// control byte, line break or look-alike character of the package's name
+// reaches a message. Any deeper unknown place stays hidden as in at.
+func (r *reporter) unknownAt(p string) string {
+	shown, whole := r.known(p)
+	if whole || !r.hide {
+		return r.at(p)
+	}
+	name, ok := strings.CutPrefix(p, shown+"/")
+	if !ok || strings.Contains(name, "/") {
+		return r.at(p)
+	}
+	if len(name) > MaxShownKey {
+		cut := MaxShownKey
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + "..."
+	}
+	return " at " + strconv.QuoteToASCII(shown+"/"+name)
+}
+
 func isIndex(s string) bool {
 	if s == "" || len(s) > 9 || (len(s) > 1 && s[0] == '0') {
 		return false
@@ -418,27 +463,26 @@ func (r *reporter) describe(err error) error {
 	what := r.what
 	var syn *jsontext.SyntacticError
 	if errors.As(err, &syn) {
-		reason := "invalid json"
+		reason, cause := "invalid json", ErrStrayText
 		switch {
 		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
-			reason = "duplicate object key"
+			reason, cause = "duplicate object key", nil
 		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
-			reason = "truncated json"
+			reason, cause = "truncated json", nil
 		case errors.Is(syn.Err, jsontext.ErrNonStringName):
-			reason = "object key is not a string"
+			reason, cause = "object key is not a string", nil
 		}
-		return errcode.Wrap(errcode.JSONInvalid, nil, "%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer)))
+		return &errcode.Error{Code: errcode.JSONInvalid, Msg: fmt.Sprintf("%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer))), Err: cause}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return errcode.New(errcode.JSONInvalid, "%s: truncated or empty json", what)
 	}
 	var sem *json.SemanticError
 	if errors.As(err, &sem) {
-		reason := "wrong type or value"
 		if errors.Is(sem.Err, json.ErrUnknownName) {
-			reason = "unknown key"
+			return errcode.New(errcode.SchemaInvalid, "%s: unknown key%s", what, r.unknownAt(string(sem.JSONPointer)))
 		}
-		return errcode.New(errcode.SchemaInvalid, "%s: %s%s", what, reason, r.at(string(sem.JSONPointer)))
+		return errcode.New(errcode.SchemaInvalid, "%s: wrong type or value%s", what, r.at(string(sem.JSONPointer)))
 	}
 	return errcode.New(errcode.JSONInvalid, "%s: invalid json", what)
 }

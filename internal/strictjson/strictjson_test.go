@@ -1,6 +1,8 @@
 package strictjson
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -196,10 +198,11 @@ func TestPeekString(t *testing.T) {
 }
 
 // [JSON-1] [PROTO-4] with HidePointers no object key of the document that
-// the Go type does not declare reaches a message: not an unknown key, not a
-// duplicate key, not a map key, not a key inside a raw value. The known
-// prefix of the pointer is still named. Without the option the full
-// pointer is shown, as before.
+// the Go type does not declare reaches a message, except the name of an
+// unknown member directly inside a known object (TestHiddenUnknownKeyNamed):
+// not a duplicate key, not a map key, not a key inside a raw value, not a key
+// below an unknown one. The known prefix of the pointer is still named.
+// Without the option the full pointer is shown, as before.
 func TestHidePointers(t *testing.T) {
 	const secret = "SECRET-TOKEN-abc123"
 	type withMap struct {
@@ -211,12 +214,8 @@ func TestHidePointers(t *testing.T) {
 		code     errcode.Code
 		want     string // the hidden message
 	}{
-		{"unknown key at the top", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1,"` + secret + `":1}`,
-			&doc{}, errcode.SchemaInvalid, `doc: unknown key in the document`},
-		{"unknown nested key", `{"schema":"s","count":3,"inner":{"name":"x","n":[],"` + secret + `":0},"opt":null,"raw":1}`,
-			&doc{}, errcode.SchemaInvalid, `doc: unknown key in "/inner"`},
-		{"unknown key below a pointer field", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":{"name":"x","n":[],"` + secret + `":0},"raw":1}`,
-			&doc{}, errcode.SchemaInvalid, `doc: unknown key in "/opt"`},
+		{"unknown key in a map value", `{"m":{"` + secret + `":{"name":"x","n":[],"z":1}}}`,
+			&withMap{}, errcode.SchemaInvalid, `doc: unknown key in "/m"`},
 		{"duplicate key inside a raw value", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":{"` + secret + `":1,"` + secret + `":2}}`,
 			&doc{}, errcode.JSONInvalid, `doc: duplicate object key at byte 94 in "/raw"`},
 		{"wrong type in a map value", `{"m":{"` + secret + `":{"name":1,"n":[]}}}`,
@@ -239,5 +238,61 @@ func TestHidePointers(t *testing.T) {
 				t.Fatalf("Decode without HidePointers: %v; want the full pointer", err)
 			}
 		})
+	}
+}
+
+// [JSON-1] [PROTO-4] with HidePointers an unknown member directly inside a
+// known object is named, because that name is what its author must fix, but
+// only its name, bounded to MaxShownKey bytes (cut at a character boundary)
+// and quoted as printable ASCII: no control byte, line break, escape sequence
+// or non-ASCII character of the package's reaches the message.
+func TestHiddenUnknownKeyNamed(t *testing.T) {
+	const rest = `"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":null,"raw":1`
+	for _, c := range []struct{ name, in, want string }{
+		{"at the top", `{` + rest + `,"debug":1}`, `doc: unknown key at "/debug"`},
+		{"nested", `{"schema":"s","count":3,"inner":{"name":"x","n":[],"z":0},"opt":null,"raw":1}`, `doc: unknown key at "/inner/z"`},
+		{"below a pointer field", `{"schema":"s","count":3,"inner":{"name":"x","n":[]},"opt":{"name":"x","n":[],"zz":0},"raw":1}`, `doc: unknown key at "/opt/zz"`},
+		{"pointer escapes", `{` + rest + `,"a/b~c":1}`, `doc: unknown key at "/a~1b~0c"`},
+		{"control bytes and a line break", `{` + rest + `,"a\u001b[2J\nerror[x]: y":1}`, `doc: unknown key at "/a\x1b[2J\nerror[x]: y"`},
+		{"non-ascii", `{` + rest + `,"café‮":1}`, `doc: unknown key at "/caf\u00e9\u202e"`},
+		{"long", `{` + rest + `,"` + strings.Repeat("k", 40) + `":1}`, `doc: unknown key at "/` + strings.Repeat("k", MaxShownKey) + `..."`},
+		{"long, cut at a character boundary", `{` + rest + `,"` + strings.Repeat("k", MaxShownKey-1) + "é" + `":1}`, `doc: unknown key at "/` + strings.Repeat("k", MaxShownKey-1) + `..."`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := DecodeWith([]byte(c.in), 4096, "doc", &doc{}, DecodeOpts{HidePointers: true})
+			if errcode.Of(err) != errcode.SchemaInvalid || err == nil || err.Error() != c.want {
+				t.Fatalf("got %v (%s), want schema-invalid %q", err, errcode.Of(err), c.want)
+			}
+		})
+	}
+}
+
+// [JSON-1] a second document after the first (a stray debug line after the
+// response) is named with the byte where it starts, as every other syntax
+// refusal names its byte.
+func TestSecondDocumentOffset(t *testing.T) {
+	err := Decode([]byte(good+"\n  {\"x\":1}"), 4096, "doc", &doc{})
+	want := fmt.Sprintf("doc: more than one json document (the second starts at byte %d)", len(good)+3)
+	if errcode.Of(err) != errcode.JSONInvalid || err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+}
+
+// [JSON-1] text that is not JSON and a second document are marked as stray
+// text (ErrStrayText), so a caller reading a stream that must carry exactly
+// one document can say where other output belongs; a truncated document or
+// a duplicate key is not.
+func TestStrayText(t *testing.T) {
+	for in, stray := range map[string]bool{
+		"debug\n" + good:              true,
+		good + "\ndebug":              true,
+		good + good:                   true,
+		good[:20]:                     false,
+		`{"schema":"s","schema":"t"}`: false,
+	} {
+		err := Decode([]byte(in), 4096, "doc", &doc{})
+		if errcode.Of(err) != errcode.JSONInvalid || errors.Is(err, ErrStrayText) != stray {
+			t.Errorf("%q: %v (stray %v), want json-invalid with stray %v", in, err, errors.Is(err, ErrStrayText), stray)
+		}
 	}
 }

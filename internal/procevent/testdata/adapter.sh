@@ -8,6 +8,10 @@
 #
 # poll modes: result (default; output "event <source-id> <request-id>"),
 #   text:<output>, no-result, crash, exit7, hang, malformed, ok-false,
+#   debug-line (a stray debug line on stdout before a good answer),
+#   unknown-key (a result with an extra member "debug"),
+#   noisy-fail (two lines on stderr, one with an escape sequence, then exit 3),
+#   stderr-flood (9,000 bytes on stderr, then a result),
 #   gate (write $state/started.<source-id>, wait for $state/release, result),
 #   slow (record start and end times in $state/times, sleep 2, result).
 # classify: the token in mode-classify (default fake-class).
@@ -46,6 +50,10 @@ poll:crash) kill -KILL $$ ;;
 poll:exit7) exit 7 ;;
 poll:hang) sleep 60 ;;
 poll:malformed) printf '{"error":null,"ok":true,' ;;
+poll:debug-line) echo "polling $src"; result "event $src $rid" ;;
+poll:noisy-fail) printf 'traceback: boom\n\033[2Jbad\tline\n' >&2; exit 3 ;;
+poll:stderr-flood) head -c 9000 /dev/zero | tr '\0' e >&2; result "event $src $rid" ;;
+poll:unknown-key) ok '{"debug":"PACKAGE-VALUE-TEXT","output":"x","status":"result"}' ;;
 poll:ok-false) printf '{"error":{"code":"unavailable","diagnostic":"PACKAGE-SECRET-TEXT","retryable":true},"ok":false,"request_id":"%s","result":null,"schema":"firstmate.extension-response.v1"}' "$rid" ;;
 poll:gate)
 	: >"$state/started.$src"

@@ -569,6 +569,14 @@ type StartResult struct {
 	// Path is the captured result file (Status Captured), absolute:
 	// <home>/state/procevent-inbox/<source-id>.<seq>.result.
 	Path string
+	// Evidence is the error code of a failed poll whose evidence was
+	// captured (fm printed "captured: <path> (evidence: <code>)"); "" for
+	// an output.
+	Evidence string
+	// Silenced reports the line "silenced: <source-id> <seq>": the
+	// adapter's silent verdict marked the result handled, so it was not
+	// announced.
+	Silenced bool
 	// Retired reports the line "retired: <source-id> (terminal)": the
 	// adapter's terminal verdict retired the registration.
 	Retired bool
@@ -593,19 +601,45 @@ func (h *Home) Start(sourceID string) StartResult {
 			return StartResult{Status: AlreadyOwned}
 		}
 	}
-	if !ok || len(ls) > 2 {
+	if !ok || len(ls) > 3 {
 		h.fail(args, stdout, "want captured:, no-result: or already owned:")
 	}
 	p, ok := strings.CutPrefix(ls[0], "captured: ")
+	if p, code, found := strings.Cut(p, " (evidence: "); found {
+		code, closed := strings.CutSuffix(code, ")")
+		if !closed || code == "" {
+			h.fail(args, stdout, "want captured: <absolute path> (evidence: <code>)")
+		}
+		return h.startTail(args, stdout, sourceID, StartResult{Status: Captured, Path: p, Evidence: code}, ls[1:])
+	}
 	if !ok || !filepath.IsAbs(p) {
 		h.fail(args, stdout, "want captured: <absolute path>, no-result: %s or already owned: %s", sourceID, sourceID)
 	}
-	r := StartResult{Status: Captured, Path: p}
-	if len(ls) == 2 {
-		if ls[1] != "retired: "+sourceID+" (terminal)" {
-			h.fail(args, stdout, "line 2 is not %q", "retired: "+sourceID+" (terminal)")
+	return h.startTail(args, stdout, sourceID, StartResult{Status: Captured, Path: p}, ls[1:])
+}
+
+// startTail reads the lines after start's captured line: "silenced: <id>
+// <seq>" (not after evidence), then "retired: <id> (terminal)", each at most
+// once, in that order.
+func (h *Home) startTail(args []string, stdout, sourceID string, r StartResult, rest []string) StartResult {
+	h.T.Helper()
+	if !filepath.IsAbs(r.Path) {
+		h.fail(args, stdout, "want captured: <absolute path>")
+	}
+	if len(rest) > 0 && r.Evidence == "" && strings.HasPrefix(rest[0], "silenced: ") {
+		if !strings.HasPrefix(rest[0], "silenced: "+sourceID+" ") || !strings.HasSuffix(r.Path, "/"+sourceID+"."+strings.TrimPrefix(rest[0], "silenced: "+sourceID+" ")+".result") {
+			h.fail(args, stdout, "want silenced: %s <seq of %s>", sourceID, r.Path)
 		}
-		r.Retired = true
+		r.Silenced, rest = true, rest[1:]
+	}
+	if len(rest) > 0 {
+		if rest[0] != "retired: "+sourceID+" (terminal)" {
+			h.fail(args, stdout, "line %q is not %q", rest[0], "retired: "+sourceID+" (terminal)")
+		}
+		r.Retired, rest = true, rest[1:]
+	}
+	if len(rest) > 0 {
+		h.fail(args, stdout, "unexpected line %q", rest[0])
 	}
 	return r
 }
@@ -762,7 +796,10 @@ func (h *Home) Sources() []SourceEntry {
 type Evidence struct {
 	// Code is the error code, such as "extension-unavailable" for a poll
 	// answered with adapter.Unavailable, or "extension-timeout".
-	Code        string `json:"code"`
+	Code string `json:"code"`
+	// Detail is fm's own account of why it refused the adapter's answer
+	// (a byte offset, the pointer of an unknown member), present only then.
+	Detail      string `json:"detail,omitzero"`
 	ExtensionID string `json:"extension_id"`
 	Operation   string `json:"operation"` // "source.poll"
 	Schema      string `json:"schema"`

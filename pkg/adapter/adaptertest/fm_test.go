@@ -271,6 +271,9 @@ func TestHomeSourceCommands(t *testing.T) {
 		{"captured: /h/r\nretired: src (terminal)\n", adaptertest.StartResult{Status: adaptertest.Captured, Path: "/h/r", Retired: true}},
 		{"no-result: src\n", adaptertest.StartResult{Status: adaptertest.NoResult}},
 		{"already owned: src\n", adaptertest.StartResult{Status: adaptertest.AlreadyOwned}},
+		{"captured: /h/src.2.result (evidence: response-invalid)\n", adaptertest.StartResult{Status: adaptertest.Captured, Path: "/h/src.2.result", Evidence: "response-invalid"}},
+		{"captured: /h/src.3.result\nsilenced: src 3\n", adaptertest.StartResult{Status: adaptertest.Captured, Path: "/h/src.3.result", Silenced: true}},
+		{"captured: /h/src.3.result\nsilenced: src 3\nretired: src (terminal)\n", adaptertest.StartResult{Status: adaptertest.Captured, Path: "/h/src.3.result", Silenced: true, Retired: true}},
 	} {
 		f.answer(c.out, "", 0)
 		if got := h.Start("src"); got != c.want {
@@ -281,7 +284,10 @@ func TestHomeSourceCommands(t *testing.T) {
 		t.Errorf("args %q", got)
 	}
 	for _, out := range []string{"", "captured: relative\n", "no-result: other\n", "captured: /h/r\nretired: other (terminal)\n",
-		"captured: /h/r\nretired: src (terminal)\nmore\n", "captured: /h/r", "already-owned: src\n"} {
+		"captured: /h/r\nretired: src (terminal)\nmore\n", "captured: /h/r", "already-owned: src\n",
+		"captured: relative (evidence: timeout)\n", "captured: /h/r (evidence: )\n", "captured: /h/r (evidence: timeout\n",
+		"captured: /h/src.3.result\nsilenced: src 4\n", "captured: /h/src.3.result (evidence: timeout)\nsilenced: src 3\n",
+		"captured: /h/src.3.result\nretired: src (terminal)\nsilenced: src 3\n"} {
 		check("start", false, out, func(testing.TB) { h.Start("src") })
 	}
 
