@@ -32,8 +32,9 @@
 // procevent records are written while the import holds serve's lock. Then,
 // in this order, each step durable before the next:
 //
-//  1. the journal data/imported/.current and the run directory;
-//  2. modes (chmod in place: nothing is replaced);
+//  1. modes (chmod in place: nothing is replaced), files first and the wake
+//     queue first of all, so fm wake reads the queue from the first step on;
+//  2. the journal data/imported/.current and the run directory;
 //  3. the wake queue's high-water mark;
 //  4. receipts, each copied to the run, then replaced by rename;
 //  5. results: the meta is created (never replacing), then the sidecars are
@@ -66,6 +67,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -249,7 +251,7 @@ func (p *plan) report() *Report {
 	add := func(kind, subject, format string, args ...any) {
 		rep.Lines = append(rep.Lines, Line{kind, subject, fmt.Sprintf(format, args...)})
 	}
-	for _, m := range append(p.dirs, p.files...) {
+	for _, m := range slices.Concat(p.files, p.dirs) {
 		add("mode", relative(p.h, m.path), "%04o -> %04o", m.from, m.to)
 	}
 	if m := p.mark; m != nil {
@@ -276,7 +278,11 @@ func (p *plan) report() *Report {
 		add("counter", c.id, "next sequence %d (counter %d -> %d)", c.to+1, c.from, c.to)
 	}
 	for _, s := range p.sources {
-		add("source", s.reg.SourceID, "%s from %s, registration token kept", s.reg.Adapter, s.reg.Owner())
+		kept := "registration token kept"
+		if !s.reg.External() {
+			kept = "argv kept"
+		}
+		add("source", s.reg.SourceID, "%s from %s, %s", s.reg.Adapter, s.reg.Owner(), kept)
 		rep.Sources++
 	}
 	rep.Lines = append(rep.Lines, p.warnings...)
@@ -724,10 +730,10 @@ func (p *plan) scanRegistry() error {
 	for _, n := range names {
 		path := filepath.Join(reg, n)
 		if runtime(n) {
-			p.removals = append(p.removals, path)
 			if n == lifecycleLockName {
-				p.lockOwner(path)
+				p.lockOwner(path) // first: a re-run finds it only through the link
 			}
+			p.removals = append(p.removals, path)
 			continue
 		}
 		id, ok := strings.CutSuffix(n, ".source")
@@ -794,18 +800,18 @@ func (p *plan) execute(rep *Report) error {
 			crashPoint()
 		}
 	}
+	for _, m := range slices.Concat(p.files, p.dirs) {
+		if err := os.Chmod(m.path, os.FileMode(m.to)); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "chmod %s", m.path)
+		}
+		point()
+	}
 	run, err := openRun(p.h)
 	if err != nil {
 		return err
 	}
 	rep.Backup = run
 	point()
-	for _, m := range append(p.dirs, p.files...) {
-		if err := os.Chmod(m.path, os.FileMode(m.to)); err != nil {
-			return errcode.Wrap(errcode.Internal, err, "chmod %s", m.path)
-		}
-		point()
-	}
 	// The serve lock is taken once the directories pass fm's rules, and
 	// only when there are procevent records to write.
 	if len(p.results)+len(p.handled)+len(p.counters)+len(p.sources) > 0 {

@@ -61,13 +61,19 @@ func Held(h *home.Home) ([]string, error) {
 	}
 	reg := os.NewFile(uintptr(fd), h.Registrations())
 	defer reg.Close()
+	return heldIn(reg, true)
+}
+
+// heldIn lists the held claims in the registry reg, and with serve the
+// serve lock too.
+func heldIn(reg *os.File, serve bool) ([]string, error) {
 	names, err := namesAt(reg)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, n := range names {
-		if n != "serve.lock" && !strings.HasSuffix(n, claimSuffix) {
+		if !(serve && n == "serve.lock") && !strings.HasSuffix(n, claimSuffix) {
 			continue
 		}
 		busy, err := held(reg, n)
@@ -117,7 +123,7 @@ func OpenImporter(h *home.Home) (*Importer, error) {
 		return nil, err
 	}
 	im := &Importer{d: d, serve: lock}
-	if busy, err := Held(h); err != nil || len(busy) > 0 {
+	if busy, err := heldIn(d.reg, false); err != nil || len(busy) > 0 {
 		im.Close()
 		if err == nil {
 			err = errcode.New(errcode.HomeBusy, "an fm runner holds %s; wait for its poll to end (or stop fm procevent start), then run fm home import again", strings.Join(busy, ", "))
