@@ -335,6 +335,7 @@ func TestImportRefusesUnsafe(t *testing.T) {
 func TestImportCrashAtEveryStep(t *testing.T) {
 	f := newFixture(t)
 	snap := filepath.Join(t.TempDir(), "snap")
+	t.Cleanup(func() { testpkg.Unlock(snap) })
 	f.must(copyAll(f.base, snap))
 	restore := func() {
 		testpkg.Unlock(f.base)
