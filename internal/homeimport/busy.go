@@ -70,10 +70,21 @@ func readSmall(path string) ([]byte, error) {
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, errcode.New(errcode.PathUnsafe, "%q is not a regular file", path)
+		return nil, errcode.New(errcode.PathUnsafe, "%q is not a regular file; move it aside", path)
 	}
-	return io.ReadAll(io.LimitReader(f, 64<<10))
+	data, err := io.ReadAll(io.LimitReader(f, maxSmall+1))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read %q", path)
+	}
+	if len(data) > maxSmall {
+		return nil, errcode.New(errcode.JSONOversized, "%q is larger than %d bytes, more than the earlier implementation ever wrote there; move it aside", path, maxSmall)
+	}
+	return data, nil
 }
+
+// maxSmall bounds every record the import reads (registrations, sidecars,
+// counters, receipts, pid files, claims).
+const maxSmall = 1 << 20
 
 // pidIn reads a file holding a decimal pid and a newline (or not).
 func pidIn(path string) (int, bool) {
@@ -93,19 +104,30 @@ func alive(pid int) bool {
 	return ok || err != nil
 }
 
-// lockHolder returns the live holder of the symlink lock at path, or 0.
-func lockHolder(path string) int {
+// lockHolder describes the holder of the symlink lock at path when it may
+// be alive, or returns "": no lock, a link to nothing (its holder removed its
+// owner directory, or never made one), or a holder pid that is dead. An owner
+// directory without a readable pid may be a lock being taken right now, so
+// it counts as held.
+func lockHolder(path string) string {
 	target, err := os.Readlink(path)
 	if err != nil {
-		return 0
+		return ""
 	}
 	if !filepath.IsAbs(target) {
 		target = filepath.Join(filepath.Dir(path), target)
 	}
-	if pid, ok := pidIn(filepath.Join(target, "pid")); ok && alive(pid) {
-		return pid
+	if !exists(target) {
+		return ""
 	}
-	return 0
+	pid, ok := pidIn(filepath.Join(target, "pid"))
+	switch {
+	case !ok:
+		return "a holder whose pid cannot be read from " + filepath.Join(target, "pid")
+	case alive(pid):
+		return "pid " + strconv.Itoa(pid)
+	}
+	return ""
 }
 
 // busy lists, one line each with its resolution, every trace of a process
@@ -121,15 +143,18 @@ func busy(h *home.Home) ([]string, error) {
 	for _, n := range names {
 		if id, ok := strings.CutSuffix(n, ".runner"); ok {
 			ids[id] = true
-			if pid, ok := pidIn(filepath.Join(reg, n)); ok && alive(pid) {
+			switch pid, ok := pidIn(filepath.Join(reg, n)); {
+			case !ok:
+				out = append(out, fmt.Sprintf("the runner file %s does not hold a pid: make sure no runner of source %q runs, then remove it", filepath.Join(reg, n), id))
+			case alive(pid):
 				out = append(out, fmt.Sprintf("the runner of source %q (pid %d, %s) is alive: stop the earlier implementation's runner (kill %d) and wait until it exits", id, pid, filepath.Join(reg, n), pid))
 			}
 		} else if id, ok := strings.CutSuffix(n, ".source"); ok {
 			ids[id] = true
 		}
 	}
-	if pid := lockHolder(filepath.Join(reg, lifecycleLockName)); pid != 0 {
-		out = append(out, fmt.Sprintf("the lifecycle lock %s is held by pid %d: let that command of the earlier implementation finish (or stop it)", filepath.Join(reg, lifecycleLockName), pid))
+	if who := lockHolder(filepath.Join(reg, lifecycleLockName)); who != "" {
+		out = append(out, fmt.Sprintf("the lifecycle lock %s is held by %s: let that command of the earlier implementation finish (or stop it)", filepath.Join(reg, lifecycleLockName), who))
 	}
 	if root := claimRoot(); root != "" {
 		claims, err := readNames(root)
@@ -146,7 +171,7 @@ func busy(h *home.Home) ([]string, error) {
 				continue
 			}
 			l := strings.Split(string(data), "\n")
-			if len(l) < 8 || (l[0] != h.Dir && l[7] != h.State) {
+			if len(l) < 8 || !samePath(l[0], h.Dir) && !samePath(l[7], h.State) {
 				continue // another home's
 			}
 			ids[id] = true
@@ -156,8 +181,8 @@ func busy(h *home.Home) ([]string, error) {
 		}
 		for id := range ids {
 			p := filepath.Join(root, id+".lock")
-			if pid := lockHolder(p); pid != 0 {
-				out = append(out, fmt.Sprintf("the source lock %s is held by pid %d: let that runner of the earlier implementation finish (or stop it)", p, pid))
+			if who := lockHolder(p); who != "" {
+				out = append(out, fmt.Sprintf("the source lock %s is held by %s: let that runner of the earlier implementation finish (or stop it)", p, who))
 			}
 		}
 	}
@@ -223,4 +248,14 @@ func readNames(dir string) ([]string, error) {
 // refuseBusy is the home-busy refusal of busy's findings.
 func refuseBusy(found []string) error {
 	return errcode.New(errcode.HomeBusy, "something may still run in this home; nothing was changed: %s", strings.Join(found, "; "))
+}
+
+// samePath reports whether the recorded path p names dir (canonical), also
+// when it was recorded through a symlink.
+func samePath(p, dir string) bool {
+	if p == dir {
+		return true
+	}
+	c, err := filepath.EvalSymlinks(p)
+	return err == nil && c == dir
 }

@@ -156,6 +156,9 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 		return nil, err
 	}
 	rep := p.report()
+	if !p.legacy() { // another import finished it meanwhile
+		return rep, nil
+	}
 	if err := p.execute(rep); err != nil {
 		return nil, err
 	}
@@ -543,7 +546,7 @@ func (p *plan) scanUnit(unit, id, version string) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{filepath.Dir(filepath.Dir(unit)), filepath.Dir(unit), unit} {
+	for _, d := range []string{p.h.Staging(), filepath.Dir(filepath.Dir(unit)), filepath.Dir(unit), unit} {
 		if _, err := p.private(d, true); err != nil {
 			return err
 		}
@@ -778,7 +781,10 @@ func (p *plan) scanRegistry() error {
 }
 
 // lockOwner plans the removal of the owner directory a stale lock of the
-// earlier implementation points to, when it lies in the state root.
+// earlier implementation points to, only when it is what such an owner
+// directory is: a real directory beside the lock, holding nothing but its
+// pid file. Anything else the link may name (the registry itself, say) is
+// left alone.
 func (p *plan) lockOwner(lock string) {
 	target, err := os.Readlink(lock)
 	if err != nil {
@@ -788,9 +794,16 @@ func (p *plan) lockOwner(lock string) {
 		target = filepath.Join(filepath.Dir(lock), target)
 	}
 	target = filepath.Clean(target)
-	if r, err := filepath.Rel(p.h.State, target); err == nil && !strings.HasPrefix(r, "..") && r != "." && exists(target) {
-		p.removals = append(p.removals, target)
+	if filepath.Dir(target) != filepath.Dir(lock) || target == lock {
+		return
 	}
+	if _, err := dirCheck(target); err != nil {
+		return
+	}
+	if names, err := readNames(target); err != nil || len(names) > 1 || len(names) == 1 && names[0] != "pid" {
+		return
+	}
+	p.removals = append(p.removals, target)
 }
 
 // execute runs the plan in the order of the package documentation.

@@ -376,3 +376,57 @@ func TestImportCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// [HOME-4] [LIFE-1] Hostile homes: a stale lock of the earlier
+// implementation whose link names another directory never gets that
+// directory removed; a runner file without a pid refuses (nothing can be
+// told); two imports at once both succeed and convert the home once.
+func TestImportHostile(t *testing.T) {
+	t.Run("lock-link-to-inbox", func(t *testing.T) {
+		f := newFixture(t)
+		lock := filepath.Join(f.h.Registrations(), lifecycleLockName)
+		f.must(os.Remove(lock))
+		f.must(os.Symlink("../procevent-inbox", lock))
+		f.write(filepath.Join(f.h.Inbox(), "pid"), []byte(strconv.Itoa(deadPID(t))+"\n"), 0o600)
+		f.fm(0, "home", "import")
+		if len(mustInbox(f)) != 4 || exists(lock) {
+			t.Fatal("the inbox was touched, or the stale lock is left")
+		}
+	})
+	t.Run("runner-without-pid", func(t *testing.T) {
+		f := newFixture(t)
+		p := filepath.Join(f.h.Registrations(), "web.runner")
+		f.write(p, []byte("not a pid\n"), 0o600)
+		before := f.snapshot()
+		if e := f.refused("home-busy", "home", "import"); !strings.Contains(e, p) {
+			t.Fatal(e)
+		}
+		if d := diff(before, f.snapshot()); d != "" {
+			t.Fatalf("changed:\n%s", d)
+		}
+	})
+	t.Run("two-at-once", func(t *testing.T) {
+		f := newFixture(t)
+		var cmds []*exec.Cmd
+		for range 2 {
+			c := exec.Command(fmBin, "home", "import")
+			c.Env = f.env
+			f.must(c.Start())
+			cmds = append(cmds, c)
+		}
+		for _, c := range cmds {
+			if err := c.Wait(); err != nil {
+				// The loser may find the winner's serve lock taken: busy,
+				// nothing changed by it.
+				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+					t.Fatal(err)
+				}
+			}
+		}
+		f.fm(0, "home", "import")
+		runs, _ := filepath.Glob(filepath.Join(f.h.Dir, "data", "imported", "2*"))
+		if len(runs) != 1 || len(mustInbox(f)) != 4 {
+			t.Fatalf("runs %v", runs)
+		}
+	})
+}

@@ -42,8 +42,17 @@ func ImportNeeded(format string, args ...any) error {
 }
 
 // CheckRegistration applies fm's record rules to a registration built by the
-// import; what names it in errors.
-func CheckRegistration(r *Registration, what string) error { return r.validate(what) }
+// import, its size bound included; what names it in errors.
+func CheckRegistration(r *Registration, what string) error {
+	if err := r.validate(what); err != nil {
+		return err
+	}
+	data, err := strictjson.Canonical(r)
+	if err == nil && len(data) > maxRegistration {
+		err = errcode.New(errcode.JSONOversized, "%s: as fm's record it would be %d bytes, more than the %d fm reads", what, len(data), maxRegistration)
+	}
+	return err
+}
 
 // CheckMeta applies fm's rules to a result meta built by the import.
 func CheckMeta(m *Meta, what string) error { return m.validate(what) }
@@ -143,7 +152,7 @@ func (im *Importer) Close() {
 // with it (atomic rename: a reader sees the earlier record or r).
 func (im *Importer) PublishRegistration(r *Registration) error {
 	what := "imported registration " + filepath.Join(im.d.reg.Name(), r.SourceID+sourceSuffix)
-	if err := r.validate(what); err != nil {
+	if err := CheckRegistration(r, what); err != nil {
 		return err
 	}
 	data, err := strictjson.Canonical(r)
