@@ -106,7 +106,11 @@ type fixture struct {
 	legacyReceipt, queue []byte
 }
 
-func newFixture(t *testing.T) *fixture {
+// stateOutside, passed to newFixture, puts the state root outside the home
+// (FM_STATE_OVERRIDE).
+type stateOutside bool
+
+func newFixture(t *testing.T, outside ...stateOutside) *fixture {
 	t.Helper()
 	base, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -122,6 +126,10 @@ func newFixture(t *testing.T) *fixture {
 	f.must(os.WriteFile(filepath.Join(f.h.Root, "bin", "fm-procevent-web.sh"), []byte(builtinSh), 0o755))
 	f.env = []string{"PATH=" + os.Getenv("PATH"), "FM_HOME=" + f.h.Dir, "FM_ROOT_OVERRIDE=" + f.h.Root,
 		"HOME=" + base, "FM_PROCEVENT_CLAIM_ROOT=" + f.claims}
+	if len(outside) > 0 && bool(outside[0]) {
+		f.h.State = filepath.Join(base, "state-elsewhere")
+		f.env = append(f.env, "FM_STATE_OVERRIDE="+f.h.State)
+	}
 
 	// The parts that are already fm's: a binding and a received transfer.
 	pkg := filepath.Join(base, "pkg-fake")

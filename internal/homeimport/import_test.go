@@ -281,7 +281,8 @@ func TestImportRefusesWhileBusy(t *testing.T) {
 
 // [HOME-4] What cannot be made safe is refused with its path, and nothing
 // changes: a link where a file must be, a staged package that does not give
-// its receipt's digests, another owner (root only).
+// its receipt's digests, a record that does not parse, a file with two
+// names, a linked directory, another owner (root only).
 func TestImportRefusesUnsafe(t *testing.T) {
 	t.Run("link", func(t *testing.T) {
 		f := newFixture(t)
@@ -310,6 +311,39 @@ func TestImportRefusesUnsafe(t *testing.T) {
 			t.Fatalf("changed:\n%s", d)
 		}
 	})
+	for _, c := range []struct {
+		name, code string
+		plant      func(f *fixture) string
+	}{
+		{"bad-record", "schema-invalid", func(f *fixture) string {
+			p := filepath.Join(f.h.Registrations(), "web.source")
+			f.write(p, []byte("adapter=../x\nargc=1\nargv:\n/bin/true\n"), 0o600)
+			return p
+		}},
+		{"hard-link", "link-unsafe", func(f *fixture) string {
+			p := filepath.Join(f.h.Inbox(), "web.1.result")
+			f.must(os.Link(p, filepath.Join(f.base, "second-name")))
+			return p
+		}},
+		{"linked-inbox", "link-unsafe", func(f *fixture) string {
+			moved := filepath.Join(f.h.State, "inbox-elsewhere")
+			f.must(os.Rename(f.h.Inbox(), moved))
+			f.must(os.Symlink(moved, f.h.Inbox()))
+			return f.h.Inbox()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			p := c.plant(f)
+			before := f.snapshot()
+			if e := f.refused(c.code, "home", "import"); !strings.Contains(e, p) {
+				t.Fatal(e)
+			}
+			if d := diff(before, f.snapshot()); d != "" {
+				t.Fatalf("changed:\n%s", d)
+			}
+		})
+	}
 	t.Run("owner", func(t *testing.T) {
 		if os.Geteuid() != 0 {
 			t.Skip("only root can give a file away")
@@ -429,4 +463,22 @@ func TestImportHostile(t *testing.T) {
 			t.Fatalf("runs %v", runs)
 		}
 	})
+}
+
+// [HOME-4] A state root outside the home (FM_STATE_OVERRIDE) is imported the
+// same way; its replaced files are kept under state/ in the run directory.
+func TestImportStateOutsideHome(t *testing.T) {
+	f := newFixture(t, true)
+	f.fm(0, "home", "import")
+	runs, _ := filepath.Glob(filepath.Join(f.h.Dir, "data", "imported", "2*"))
+	if len(runs) != 1 {
+		t.Fatalf("runs %v", runs)
+	}
+	kept, err := os.ReadFile(filepath.Join(runs[0], "state", "procevent", "mail.source"))
+	if err != nil || string(kept) != string(f.legacySource["mail"]) {
+		t.Fatalf("mail.source is not kept as it was: %q %v", kept, err)
+	}
+	if len(mustInbox(f)) != 4 {
+		t.Fatal("results lost")
+	}
 }
