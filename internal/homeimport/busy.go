@@ -245,8 +245,13 @@ func readNames(dir string) ([]string, error) {
 	return out, nil
 }
 
-// refuseBusy is the home-busy refusal of busy's findings.
-func refuseBusy(found []string) error {
+// idle refuses with home-busy, listing busy's findings, while anything may
+// still run in h.
+func idle(h *home.Home) error {
+	found, err := busy(h)
+	if err != nil || len(found) == 0 {
+		return err
+	}
 	return errcode.New(errcode.HomeBusy, "something may still run in this home; nothing was changed: %s", strings.Join(found, "; "))
 }
 

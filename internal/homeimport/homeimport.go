@@ -125,10 +125,7 @@ var crashPoint func()
 // implementation left is not touched. The wait for the lifecycle lock ends
 // with ctx.
 func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
-	if found, err := busy(h); err != nil || len(found) > 0 {
-		if err == nil {
-			err = refuseBusy(found)
-		}
+	if err := idle(h); err != nil {
 		return nil, err
 	}
 	p, err := scan(h)
@@ -146,10 +143,7 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	}
 	defer lock.Release()
 	// Again under the lock: what was checked before may have changed.
-	if found, err := busy(h); err != nil || len(found) > 0 {
-		if err == nil {
-			err = refuseBusy(found)
-		}
+	if err := idle(h); err != nil {
 		return nil, err
 	}
 	if p, err = scan(h); err != nil {
