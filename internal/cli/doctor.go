@@ -13,6 +13,7 @@ import (
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/homeimport"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
@@ -117,6 +118,7 @@ func (d *doctor) run(e *Env) {
 	}
 	d.h = h
 	d.checkHome()
+	d.checkImport()
 	d.checkState()
 	bs, err := binding.Load(h)
 	if err != nil {
@@ -140,6 +142,21 @@ func (d *doctor) checkHome() {
 		return
 	}
 	d.ok("home", "%s (code root %s)", d.h.Dir, d.h.Root)
+}
+
+// checkImport reports what the earlier Firstmate implementation left in the
+// home ([HOME-4]): fm refuses it with home-import-needed until fm home import
+// converts it. A home of fm's adds no line.
+func (d *doctor) checkImport() {
+	pending, err := homeimport.Pending(d.h)
+	if err != nil {
+		d.fail("import", err, "")
+		return
+	}
+	if len(pending) > 0 {
+		d.fails("import", errcode.HomeImportNeeded, "stop the earlier implementation, then run fm home import (docs/configuration.md, \"Moving a home onto fm\")",
+			"this home holds what the earlier Firstmate implementation wrote: %s", strings.Join(pending, ", "))
+	}
 }
 
 // checkState checks the state root and every directory fm keeps in it: each

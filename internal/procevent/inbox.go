@@ -360,6 +360,9 @@ func (d *dirs) readMeta(id string, seq int64) (*Meta, error) {
 	n := name(id, seq, metaSuffix)
 	data, err := fsutil.ReadPrivateAt(d.inbox, n, maxMeta)
 	if err != nil {
+		if os.IsNotExist(err) && existsAt(d.inbox, name(id, seq, LegacyAdapterSuffix)) {
+			return nil, ImportNeeded("captured result %s has no %s but an owner sidecar %s", name(id, seq, resultSuffix), n, name(id, seq, LegacyAdapterSuffix))
+		}
 		if os.IsNotExist(err) {
 			return nil, errcode.New(errcode.SchemaInvalid, "captured result %s has no %s", name(id, seq, resultSuffix), n)
 		}

@@ -169,6 +169,9 @@ func readRegistration(reg *os.File, id string) (*Registration, error) {
 	if err != nil {
 		return nil, err
 	}
+	if LegacyRegistration(data) {
+		return nil, ImportNeeded("registration %s is in the earlier text format", filepath.Join(reg.Name(), id+sourceSuffix))
+	}
 	var r Registration
 	what := "registration " + filepath.Join(reg.Name(), id+sourceSuffix)
 	if err := strictjson.Decode(data, maxRegistration, what, &r); err != nil {

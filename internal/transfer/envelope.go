@@ -62,6 +62,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"io"
 	"os"
 	"path"
@@ -196,30 +197,15 @@ func Pack(dir, homeDir string) ([]byte, error) {
 	if err := checkTotal(tree.Bytes); err != nil {
 		return nil, err
 	}
-	entries := slices.Clone(tree.Entries)
-	slices.SortFunc(entries, func(a, b pkgtree.Entry) int { return strings.Compare(a.Path, b.Path) })
-	m := Manifest{
-		Schema:        ManifestSchema,
-		PackageDigest: tree.Digest,
-		EntryCount:    int64(len(entries)),
-		TotalBytes:    tree.Bytes,
-		Entries:       make([]Entry, len(entries)),
-	}
+	m, entries := manifestOf(tree)
 	data := make([][]byte, len(entries))
 	for i, e := range entries {
 		if e.Dir {
-			m.Entries[i] = Entry{Path: e.Path, Type: TypeDirectory, Mode: ModeDirectory}
 			continue
 		}
 		if data[i], err = readScanned(dir, e); err != nil {
 			return nil, err
 		}
-		sum := binding.Digest(data[i])
-		mode := int64(ModeFile)
-		if e.Exec {
-			mode = ModeExec
-		}
-		m.Entries[i] = Entry{Path: e.Path, Type: TypeFile, Mode: mode, Size: e.Size, SHA256: &sum}
 	}
 	pm, err := packageManifest(m.Entries, data)
 	if err != nil {
@@ -244,6 +230,35 @@ func Pack(dir, homeDir string) ([]byte, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// manifestOf returns the transfer manifest of a scanned package, without
+// the extension id and version (which the package's own manifest file
+// names), and the tree's entries in the manifest's order: sorted bytewise by
+// full path. A file's sha256 is the one the scan computed.
+func manifestOf(tree *pkgtree.Tree) (Manifest, []pkgtree.Entry) {
+	entries := slices.Clone(tree.Entries)
+	slices.SortFunc(entries, func(a, b pkgtree.Entry) int { return strings.Compare(a.Path, b.Path) })
+	m := Manifest{
+		Schema:        ManifestSchema,
+		PackageDigest: tree.Digest,
+		EntryCount:    int64(len(entries)),
+		TotalBytes:    tree.Bytes,
+		Entries:       make([]Entry, len(entries)),
+	}
+	for i, e := range entries {
+		if e.Dir {
+			m.Entries[i] = Entry{Path: e.Path, Type: TypeDirectory, Mode: ModeDirectory}
+			continue
+		}
+		sum := "sha256:" + hex.EncodeToString(e.SHA256[:])
+		mode := int64(ModeFile)
+		if e.Exec {
+			mode = ModeExec
+		}
+		m.Entries[i] = Entry{Path: e.Path, Type: TypeFile, Mode: mode, Size: e.Size, SHA256: &sum}
+	}
+	return m, entries
 }
 
 // checkBounds refuses, as package-oversized, a package directory that holds

@@ -202,6 +202,9 @@ func loadUnit(dir, id, digest string) (*unit, error) {
 	if err != nil {
 		return nil, err
 	}
+	if IsLegacyReceipt(data) {
+		return nil, errcode.New(errcode.HomeImportNeeded, "receipt %s is of the earlier Firstmate implementation; stop it, then run fm home import", path)
+	}
 	var r Receipt
 	if err := strictjson.Decode(data, maxReceipt, "receipt "+path, &r); err != nil {
 		return nil, err

@@ -1,0 +1,234 @@
+package homeimport
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/home"
+)
+
+// Backups: every file the import replaces or removes is first copied, exactly
+// as it was (bytes, mode, modification time; a symlink as a symlink with the
+// same target), to data/imported/<run>/<its path relative to the home>
+// (a state root outside the home under state/), fsynced, and only then
+// replaced or removed. <run> is the UTC time the import started,
+// 20060102T150405Z. The journal data/imported/.current names the run while an
+// import is under way, so a re-run after a crash keeps its copies in the same
+// run; it is removed last. A copy made again by a re-run replaces the
+// earlier copy of the same file, which the crash left unchanged.
+
+// journalName is the journal of the import under way in data/imported.
+const journalName = ".current"
+
+// tempPrefix names the import's own temporary files. They are made beside
+// the file they replace, or in the parent of a transfer unit, never in a
+// directory fm lists, and removed by a re-run after a crash.
+const tempPrefix = ".fm-import-"
+
+// imported is data/imported of h.
+func imported(h *home.Home) string { return filepath.Join(h.Dir, "data", "imported") }
+
+// relative is path as it is kept under a run directory, and as it is shown.
+func relative(h *home.Home, path string) string {
+	if r, err := filepath.Rel(h.Dir, path); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	if r, err := filepath.Rel(h.State, path); err == nil && !strings.HasPrefix(r, "..") {
+		return filepath.Join("state", r)
+	}
+	return path
+}
+
+// openRun returns the run directory of the import: the one the journal
+// names, or a new one (journal published) when there is none.
+func openRun(h *home.Home) (string, error) {
+	dir := imported(h)
+	if err := home.EnsurePrivate(filepath.Dir(dir), false); err != nil {
+		return "", err
+	}
+	if err := home.EnsurePrivate(dir, true); err != nil {
+		return "", err
+	}
+	journal := filepath.Join(dir, journalName)
+	if name, err := readJournal(h); err != nil || name != "" {
+		if err != nil {
+			return "", err
+		}
+		run := filepath.Join(dir, name)
+		return run, home.EnsurePrivate(run, true)
+	}
+	name := time.Now().UTC().Format("20060102T150405Z")
+	for i := 2; ; i++ {
+		err := os.Mkdir(filepath.Join(dir, name), 0o700)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(dir, name))
+		}
+		name = time.Now().UTC().Format("20060102T150405Z") + "-" + strconv.Itoa(i)
+	}
+	if err := fsutil.SyncDir(dir); err != nil {
+		return "", err
+	}
+	if err := fsutil.PublishNoReplace(dir, journal, []byte(name+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// readJournal returns the run an interrupted import was using, or "".
+func readJournal(h *home.Home) (string, error) {
+	path := filepath.Join(imported(h), journalName)
+	data, err := fsutil.ReadPrivateFile(path, 256)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	name, ok := strings.CutSuffix(string(data), "\n")
+	if !ok || name == "" || strings.ContainsAny(name, "/\n") || name[0] == '.' {
+		return "", errcode.New(errcode.SchemaInvalid, "import journal %s does not name a run directory; move it aside", path)
+	}
+	return name, nil
+}
+
+// closeRun removes the journal: the import is complete.
+func closeRun(h *home.Home) error {
+	dir := imported(h)
+	if err := os.Remove(filepath.Join(dir, journalName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return errcode.Wrap(errcode.Internal, err, "remove the import journal in %s", dir)
+	}
+	return fsutil.SyncDir(dir)
+}
+
+// keep copies path (a file, a symlink or a directory tree) to its place
+// under run, durably.
+func keep(h *home.Home, run, path string) error {
+	dst := filepath.Join(run, relative(h, path))
+	if err := fsutil.MkdirAllSync(filepath.Dir(dst), 0o700); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Dir(dst))
+	}
+	if err := copyTree(path, dst); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(filepath.Dir(dst))
+}
+
+func copyTree(src, dst string) error {
+	fail := func(err error) error { return errcode.Wrap(errcode.Internal, err, "keep a copy of %s at %s", src, dst) }
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return fail(err)
+		}
+		if err := os.RemoveAll(dst); err != nil {
+			return fail(err)
+		}
+		if err := os.Symlink(target, dst); err != nil {
+			return fail(err)
+		}
+	case fi.IsDir():
+		if err := os.Mkdir(dst, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fail(err)
+		}
+		names, err := readNames(src)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := copyTree(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
+				return err
+			}
+		}
+		if err := os.Chmod(dst, fi.Mode().Perm()); err != nil {
+			return fail(err)
+		}
+		if err := fsutil.SyncDir(dst); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		f, err := fsutil.OpenNoFollow(src)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return fail(err)
+		}
+		tmp, err := fsutil.WriteTemp(filepath.Dir(dst), data, fi.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if err := os.Chtimes(tmp, fi.ModTime(), fi.ModTime()); err != nil {
+			os.Remove(tmp)
+			return fail(err)
+		}
+		if err := os.Rename(tmp, dst); err != nil {
+			os.Remove(tmp)
+			return fail(err)
+		}
+	default:
+		return errcode.New(errcode.PathUnsafe, "%s is not a file, a symlink or a directory; move it aside", src)
+	}
+	return nil
+}
+
+// replaceFile durably replaces path with data (mode 0600) by renaming a
+// temporary file made in tmpDir (on the same file system) over it.
+func replaceFile(tmpDir, path string, data []byte) error {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(tmpDir, tempPrefix+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "create %s", tmp)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return errcode.Wrap(errcode.Internal, err, "replace %s", path)
+	}
+	if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(tmpDir)
+}
+
+// removePath durably removes a file, a symlink or a directory tree.
+func removePath(path string) error {
+	if err := os.RemoveAll(path); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "remove %s", path)
+	}
+	return fsutil.SyncDir(filepath.Dir(path))
+}

@@ -1,0 +1,484 @@
+package homeimport
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/testpkg"
+)
+
+// [HOME-4] [LIFE-2] Before the import, fm's readers refuse the earlier
+// format with home-import-needed (never schema-invalid), and fm doctor says
+// to run fm home import.
+func TestReadersRefuseEarlierFormat(t *testing.T) {
+	f := newFixture(t)
+	for _, args := range [][]string{
+		{"procevent", "inbox"},
+		{"procevent", "list"},
+		{"procevent", "classify", filepath.Join(f.h.Inbox(), "mail.3.result")},
+		{"procevent", "retire", "mail", "--if-owner", f.mailToken},
+		{"extension", "retire-transfer", xferID, "--if-transfer-digest", f.transferDigest, "--if-binding-digest", f.xfer.Digest},
+	} {
+		if e := f.refused("home-import-needed", args...); !strings.Contains(e, "run fm home import") {
+			t.Errorf("fm %s: %s", strings.Join(args, " "), e)
+		}
+	}
+	out := f.fm(1, "doctor")
+	if !strings.Contains(out, "FAIL  import") || !strings.Contains(out, "[home-import-needed]") || !strings.Contains(out, "run fm home import") {
+		t.Fatalf("doctor does not point at the import:\n%s", out)
+	}
+}
+
+// [HOME-4] [REG-2] [REG-4] [CAP-1] [CAP-3] [CAP-4] [WAKE-1] [XFER-6] The import
+// converts everything, keeps every replaced file, and afterwards every fm
+// command works on the home and nothing was lost: result bytes, handled
+// state, sequences, tokens, the wake queue.
+func TestImportThenEverythingWorks(t *testing.T) {
+	f := newFixture(t)
+	before := f.snapshot()
+	dry := f.fm(0, "home", "import", "--dry-run")
+	if d := diff(before, f.snapshot()); d != "" {
+		t.Fatalf("--dry-run changed the home:\n%s", d)
+	}
+	if !strings.HasSuffix(dry, "would import: sources=3 results=4 unhandled=2 transfers=1\n") {
+		t.Fatalf("dry run:\n%s", dry)
+	}
+	out := f.fm(0, "home", "import")
+	t.Logf("fm home import:\n%s", out)
+	if !strings.HasSuffix(out, "imported: sources=3 results=4 unhandled=2 transfers=1\n") {
+		t.Fatalf("import:\n%s", out)
+	}
+	for _, want := range []string{"source mail: fake from org.example.fake@1.0.0", "unbound old: binding " + token("gone binding"), "result mail.3: fake org.example.fake@1.0.0, unhandled",
+		"result web.1: web built-in, handled", "transfer org.example.xfer@1.0.0", "mode state: 0755 -> 0700", "mode state/procevent-inbox/web.2.result: 0644 -> 0600",
+		"removed state/.wake-queue.lock", "removed state/procevent/web.runner", "counter mail: next sequence 4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the import's lines lack %q:\n%s", want, out)
+		}
+	}
+	var js Report
+	if err := json.Unmarshal([]byte(f.fm(0, "home", "import", "--json")), &js); err != nil || js.Sources+js.Results+js.Transfers != 0 || js.Backup != "" {
+		t.Fatalf("a second import is not a no-op: %+v %v", js, err)
+	}
+	after := f.snapshot()
+
+	// Every replaced or removed file is kept exactly as it was.
+	runs, _ := filepath.Glob(filepath.Join(f.h.Dir, "data", "imported", "2*"))
+	if len(runs) != 1 || exists(filepath.Join(f.h.Dir, "data", "imported", journalName)) {
+		t.Fatalf("runs %v, or the journal is left", runs)
+	}
+	for rel, v := range before {
+		if !strings.HasPrefix(rel, "home/") {
+			continue
+		}
+		if now, ok := after[rel]; ok && (now == v || strings.HasPrefix(rel, "home/state/procevent/web.source")) {
+			continue
+		}
+		kept := "home/data/imported/<run>/" + strings.TrimPrefix(rel, "home/")
+		if after[kept] != v && !strings.HasSuffix(rel, "/") && !isModeOnly(before[rel], after[rel]) {
+			t.Errorf("%s changed and is not kept at %s:\n  was  %q\n  kept %q", rel, kept, v, after[kept])
+		}
+	}
+
+	// The wake queue: same bytes, 0600, mark kept; nothing announced.
+	q, err := os.ReadFile(f.h.WakeQueue())
+	f.must(err)
+	if string(q) != string(f.queue) || mode(t, f.h.WakeQueue()) != 0o600 {
+		t.Fatalf("wake queue changed: %q (mode %o)", q, mode(t, f.h.WakeQueue()))
+	}
+	if m, _ := os.ReadFile(filepath.Join(f.h.State, ".wake-queue.seq")); string(m) != "7\n" {
+		t.Fatalf("high-water mark %q, want 7", m)
+	}
+	f.fm(0, "wake", "list")
+
+	// Results: bytes, handled state, owners.
+	got := map[string]bool{}
+	for _, r := range mustInbox(f) {
+		n := filepath.Base(r.Path)
+		got[n] = r.Handled
+		data, err := os.ReadFile(r.Path)
+		f.must(err)
+		if string(data) != string(f.results[n]) {
+			t.Errorf("%s: bytes changed", n)
+		}
+		if r.SourceID == "mail" && (r.Kind != procevent.KindExtension || r.BindingDigest != f.fake.Digest || r.CapturedAt != 1700000000) {
+			t.Errorf("%s: owner %+v", n, r.Meta)
+		}
+	}
+	if len(got) != 4 || !got["web.1.result"] || got["web.2.result"] || !got["mail.1.result"] || got["mail.3.result"] {
+		t.Fatalf("handled state: %v", got)
+	}
+	for _, n := range []string{"web.2.result", "mail.3.result"} {
+		if c := f.fm(0, "procevent", "classify", filepath.Join(f.h.Inbox(), n)); strings.TrimSpace(c) == "" {
+			t.Errorf("classify %s printed nothing", n)
+		}
+	}
+	var sources struct{ Sources []map[string]any }
+	f.must(json.Unmarshal([]byte(f.fm(0, "procevent", "list", "--json")), &sources))
+	if len(sources.Sources) != 3 {
+		t.Fatalf("sources: %v", sources)
+	}
+	reg, err := os.ReadFile(filepath.Join(f.h.Registrations(), "mail.source"))
+	f.must(err)
+	if !strings.Contains(string(reg), `"owner_token":"`+f.mailToken+`"`) || !strings.Contains(string(reg), `"config_ref":"inbox-1"`) {
+		t.Fatalf("mail's registration lost its token or config_ref: %s", reg)
+	}
+
+	// serve polls the imported sources: mail's next capture is sequence 4,
+	// above every imported one (the earlier rule would have reused 2).
+	serve := exec.Command(fmBin, "procevent", "serve", "--min-gap", "100ms", "--rescan", "100ms")
+	serve.Env = f.env
+	f.must(serve.Start())
+	next := filepath.Join(f.h.Inbox(), "mail.4.result")
+	for deadline := time.Now().Add(60 * time.Second); !exists(next); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			serve.Process.Kill()
+			serve.Wait()
+			t.Fatal("serve captured nothing for mail within 60 s")
+		}
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if exists(filepath.Join(f.h.Inbox(), "mail.2.result")) {
+		t.Fatal("serve reused sequence 2 of mail")
+	}
+
+	// Handling, retirement by the kept token, retire-binding, retire-transfer.
+	f.fm(0, "procevent", "handled", "web", "2")
+	f.fm(0, "procevent", "handled", "mail", "3")
+	f.fm(0, "procevent", "handled", "mail", "4")
+	f.fm(0, "procevent", "retire", "mail", "--if-owner", f.mailToken)
+	f.fm(0, "procevent", "retire", "old", "--if-owner", f.oldToken)
+	f.fm(0, "procevent", "retire", "web", "--if-matches", "web", "--", "/bin/true", "second arg with spaces")
+	for _, r := range mustInbox(f) {
+		if !r.Handled {
+			f.fm(0, "procevent", "handled", r.SourceID, strconv.FormatInt(r.Sequence, 10))
+		}
+	}
+	f.fm(0, "extension", "retire-transfer", xferID, "--if-transfer-digest", f.transferDigest, "--if-binding-digest", f.xfer.Digest)
+	f.fm(0, "extension", "retire-binding", fakeID, "--if-binding-digest", f.fake.Digest)
+	if d := f.fm(0, "doctor"); strings.Contains(d, "import") {
+		t.Fatalf("doctor after the import:\n%s", d)
+	}
+}
+
+func mustInbox(f *fixture) []procevent.Result {
+	var inbox struct{ Results []procevent.Result }
+	f.must(json.Unmarshal([]byte(f.fm(0, "procevent", "inbox", "--json")), &inbox))
+	return inbox.Results
+}
+
+// isModeOnly reports whether two snapshot values differ only in their mode.
+func isModeOnly(a, b string) bool {
+	_, ra, _ := strings.Cut(a, " ")
+	_, rb, _ := strings.Cut(b, " ")
+	return a != "" && b != "" && ra == rb
+}
+
+func mode(t *testing.T, p string) uint32 {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode & 0o7777
+}
+
+// [LIFE-1] The import refuses with home-busy, and changes nothing, while a
+// process of the earlier implementation (or an fm runner) may still run in
+// the home: a live runner pid, an active claim whose runner is alive, a
+// lifecycle or source lock whose holder is alive, an invocation record of
+// the earlier implementation, an fm claim held.
+func TestImportRefusesWhileBusy(t *testing.T) {
+	f := newFixture(t)
+	reg := f.h.Registrations()
+	pid := strconv.Itoa(live(t))
+	claim := func(home, active string) []byte {
+		return []byte(home + "\n" + pid + "\nx\nx\nx\nx\n" + active + "\n" + f.h.State + "\nx\nx\nx\nx\n")
+	}
+	lockTo := func(link string) func() {
+		return func() {
+			owner := link + ".owner"
+			f.must(os.Mkdir(owner, 0o700))
+			f.write(filepath.Join(owner, "pid"), []byte(pid+"\n"), 0o600)
+			f.must(os.Symlink(owner, link))
+		}
+	}
+	held := -1
+	undo := func() {}
+	cases := []struct {
+		name, want string
+		plant      func()
+	}{
+		{"runner", "mail.runner", func() { f.write(filepath.Join(reg, "mail.runner"), []byte(pid+"\n"), 0o600) }},
+		{"claim", "mail.claim", func() { f.write(filepath.Join(f.claims, "mail.claim"), claim(f.h.Dir, "active"), 0o600) }},
+		{"claim-by-state-root", "mail.claim", func() { f.write(filepath.Join(f.claims, "mail.claim"), claim("/elsewhere", "active"), 0o600) }},
+		{"lifecycle-lock", lifecycleLockName, func() {
+			p := filepath.Join(reg, ".lifecycle-owner.1", "pid")
+			was, err := os.ReadFile(p)
+			f.must(err)
+			f.write(p, []byte(pid+"\n"), 0o600)
+			undo = func() { f.write(p, was, 0o600) }
+		}},
+		{"source-lock", "mail.lock", lockTo(filepath.Join(f.claims, "mail.lock"))},
+		{"invocation", strings.Repeat("ab", 32) + ".ready.json", func() {
+			f.must(os.MkdirAll(f.h.Invocations(), 0o700))
+			f.write(filepath.Join(f.h.Invocations(), strings.Repeat("ab", 32)+".ready.json"), []byte("{}"), 0o600)
+		}},
+		{"fm-claim", "mail.claim", func() {
+			fd, err := unix.Open(filepath.Join(reg, "mail.claim"), unix.O_RDWR|unix.O_CREAT, 0o600)
+			f.must(err)
+			f.must(unix.Flock(fd, unix.LOCK_EX))
+			t.Cleanup(func() { unix.Close(fd) })
+			held = fd
+		}},
+	}
+	// Not busy: a terminal claim, an active claim of another home, a dead
+	// runner (the fixture's).
+	f.write(filepath.Join(f.claims, "web.claim"), claim(f.h.Dir, "terminal"), 0o600)
+	f.write(filepath.Join(f.claims, "other.claim"), []byte("/other/home\n"+pid+"\nx\nx\nx\nx\nactive\n/other/home/state\n"), 0o600)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := f.snapshot()
+			c.plant()
+			planted := f.snapshot()
+			e := f.refused("home-busy", "home", "import")
+			if !strings.Contains(e, c.want) || !strings.Contains(e, pid) && c.name != "invocation" && c.name != "fm-claim" {
+				t.Fatalf("the refusal does not name %s and pid %s: %s", c.want, pid, e)
+			}
+			if d := diff(planted, f.snapshot()); d != "" {
+				t.Fatalf("a refused import changed the home:\n%s", d)
+			}
+			// Undo the plant.
+			for rel := range planted {
+				if _, ok := before[rel]; !ok {
+					os.RemoveAll(filepath.Join(f.base, rel))
+				}
+			}
+			if held >= 0 {
+				unix.Close(held)
+			}
+			undo()
+			if d := diff(before, f.snapshot()); d != "" {
+				t.Fatalf("the plant was not undone:\n%s", d)
+			}
+		})
+	}
+	// Dead runners, terminal claims and other homes' claims do not hold
+	// the import back.
+	f.fm(0, "home", "import")
+}
+
+// [HOME-4] What cannot be made safe is refused with its path, and nothing
+// changes: a link where a file must be, a staged package that does not give
+// its receipt's digests, a record that does not parse, a file with two
+// names, a linked directory, another owner (root only).
+func TestImportRefusesUnsafe(t *testing.T) {
+	t.Run("link", func(t *testing.T) {
+		f := newFixture(t)
+		p := filepath.Join(f.h.Inbox(), "web.2.adapter")
+		f.must(os.Remove(p))
+		f.must(os.Symlink(filepath.Join(f.h.Inbox(), "web.1.adapter"), p))
+		before := f.snapshot()
+		if e := f.refused("link-unsafe", "home", "import"); !strings.Contains(e, p) {
+			t.Fatal(e)
+		}
+		if d := diff(before, f.snapshot()); d != "" {
+			t.Fatalf("changed:\n%s", d)
+		}
+	})
+	t.Run("transfer", func(t *testing.T) {
+		f := newFixture(t)
+		p := filepath.Join(f.unit(), "package", "firstmate-extension.json")
+		data, err := os.ReadFile(p)
+		f.must(err)
+		f.write(p, append(data, ' '), 0o644)
+		before := f.snapshot()
+		if e := f.refused("integrity-mismatch", "home", "import"); !strings.Contains(e, f.unit()) {
+			t.Fatal(e)
+		}
+		if d := diff(before, f.snapshot()); d != "" {
+			t.Fatalf("changed:\n%s", d)
+		}
+	})
+	for _, c := range []struct {
+		name, code string
+		plant      func(f *fixture) string
+	}{
+		{"bad-record", "schema-invalid", func(f *fixture) string {
+			p := filepath.Join(f.h.Registrations(), "web.source")
+			f.write(p, []byte("adapter=../x\nargc=1\nargv:\n/bin/true\n"), 0o600)
+			return p
+		}},
+		{"hard-link", "link-unsafe", func(f *fixture) string {
+			p := filepath.Join(f.h.Inbox(), "web.1.result")
+			f.must(os.Link(p, filepath.Join(f.base, "second-name")))
+			return p
+		}},
+		{"linked-inbox", "link-unsafe", func(f *fixture) string {
+			moved := filepath.Join(f.h.State, "inbox-elsewhere")
+			f.must(os.Rename(f.h.Inbox(), moved))
+			f.must(os.Symlink(moved, f.h.Inbox()))
+			return f.h.Inbox()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			p := c.plant(f)
+			before := f.snapshot()
+			if e := f.refused(c.code, "home", "import"); !strings.Contains(e, p) {
+				t.Fatal(e)
+			}
+			if d := diff(before, f.snapshot()); d != "" {
+				t.Fatalf("changed:\n%s", d)
+			}
+		})
+	}
+	t.Run("owner", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("only root can give a file away")
+		}
+		f := newFixture(t)
+		p := filepath.Join(f.h.Inbox(), "mail.3.result")
+		f.must(os.Lchown(p, 65534, 65534))
+		before := f.snapshot()
+		if e := f.refused("owner-mismatch", "home", "import"); !strings.Contains(e, p) {
+			t.Fatal(e)
+		}
+		if d := diff(before, f.snapshot()); d != "" {
+			t.Fatalf("changed:\n%s", d)
+		}
+	})
+}
+
+// [HOME-4] [LIFE-2] [CAP-1] Crash injection at every step: the import is
+// SIGKILLed right after each of its durable changes in turn. After each kill
+// every fm reader works or refuses with home-import-needed and fm doctor says
+// to run the import; then fm home import, run again, completes, and the home
+// is exactly the one an uninterrupted import gives.
+func TestImportCrashAtEveryStep(t *testing.T) {
+	f := newFixture(t)
+	snap := filepath.Join(t.TempDir(), "snap")
+	t.Cleanup(func() { testpkg.Unlock(snap) })
+	f.must(copyAll(f.base, snap))
+	restore := func() {
+		testpkg.Unlock(f.base)
+		f.must(os.RemoveAll(f.base))
+		f.must(copyAll(snap, f.base))
+	}
+	f.fm(0, "home", "import")
+	want := f.snapshot()
+	for n := 1; ; n++ {
+		restore()
+		c := exec.Command(os.Args[0])
+		c.Env = append(append([]string{}, f.env...), killEnv+"="+strconv.Itoa(n))
+		out, err := c.CombinedOutput()
+		if err == nil {
+			if !strings.Contains(string(out), "completed") {
+				t.Fatalf("kill point %d: %s", n, out)
+			}
+			if n < 30 {
+				t.Fatalf("only %d kill points: the import makes more durable changes than that", n-1)
+			}
+			t.Logf("%d kill points", n-1)
+			break
+		}
+		if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("kill point %d: the child did not die of SIGKILL: %v\n%s", n, err, out)
+		}
+		for _, args := range [][]string{{"procevent", "inbox"}, {"procevent", "list"}, {"wake", "list"}, {"extension", "list"}} {
+			if o, e, code := f.run("", args...); code != 0 && !strings.HasPrefix(e, "error[home-import-needed]: ") {
+				t.Fatalf("kill point %d: fm %s: exit %d: %s%s", n, strings.Join(args, " "), code, o, e)
+			}
+		}
+		if d := f.fm(1, "doctor"); !strings.Contains(d, "[home-import-needed]") {
+			t.Fatalf("kill point %d: doctor does not ask for the import:\n%s", n, d)
+		}
+		f.fm(0, "home", "import")
+		if d := diff(want, f.snapshot()); d != "" {
+			t.Fatalf("kill point %d: the re-run's home differs from an uninterrupted import's:\n%s", n, d)
+		}
+	}
+}
+
+// [HOME-4] [LIFE-1] Hostile homes: a stale lock of the earlier
+// implementation whose link names another directory never gets that
+// directory removed; a runner file without a pid refuses (nothing can be
+// told); two imports at once both succeed and convert the home once.
+func TestImportHostile(t *testing.T) {
+	t.Run("lock-link-to-inbox", func(t *testing.T) {
+		f := newFixture(t)
+		lock := filepath.Join(f.h.Registrations(), lifecycleLockName)
+		f.must(os.Remove(lock))
+		f.must(os.Symlink("../procevent-inbox", lock))
+		f.write(filepath.Join(f.h.Inbox(), "pid"), []byte(strconv.Itoa(deadPID(t))+"\n"), 0o600)
+		f.fm(0, "home", "import")
+		if len(mustInbox(f)) != 4 || exists(lock) {
+			t.Fatal("the inbox was touched, or the stale lock is left")
+		}
+	})
+	t.Run("runner-without-pid", func(t *testing.T) {
+		f := newFixture(t)
+		p := filepath.Join(f.h.Registrations(), "web.runner")
+		f.write(p, []byte("not a pid\n"), 0o600)
+		before := f.snapshot()
+		if e := f.refused("home-busy", "home", "import"); !strings.Contains(e, p) {
+			t.Fatal(e)
+		}
+		if d := diff(before, f.snapshot()); d != "" {
+			t.Fatalf("changed:\n%s", d)
+		}
+	})
+	t.Run("two-at-once", func(t *testing.T) {
+		f := newFixture(t)
+		var cmds []*exec.Cmd
+		for range 2 {
+			c := exec.Command(fmBin, "home", "import")
+			c.Env = f.env
+			f.must(c.Start())
+			cmds = append(cmds, c)
+		}
+		for _, c := range cmds {
+			if err := c.Wait(); err != nil {
+				// The loser may find the winner's serve lock taken: busy,
+				// nothing changed by it.
+				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+					t.Fatal(err)
+				}
+			}
+		}
+		f.fm(0, "home", "import")
+		runs, _ := filepath.Glob(filepath.Join(f.h.Dir, "data", "imported", "2*"))
+		if len(runs) != 1 || len(mustInbox(f)) != 4 {
+			t.Fatalf("runs %v", runs)
+		}
+	})
+}
+
+// [HOME-4] A state root outside the home (FM_STATE_OVERRIDE) is imported the
+// same way; its replaced files are kept under state/ in the run directory.
+func TestImportStateOutsideHome(t *testing.T) {
+	f := newFixture(t, true)
+	f.fm(0, "home", "import")
+	runs, _ := filepath.Glob(filepath.Join(f.h.Dir, "data", "imported", "2*"))
+	if len(runs) != 1 {
+		t.Fatalf("runs %v", runs)
+	}
+	kept, err := os.ReadFile(filepath.Join(runs[0], "state", "procevent", "mail.source"))
+	if err != nil || string(kept) != string(f.legacySource["mail"]) {
+		t.Fatalf("mail.source is not kept as it was: %q %v", kept, err)
+	}
+	if len(mustInbox(f)) != 4 {
+		t.Fatal("results lost")
+	}
+}

@@ -1,0 +1,37 @@
+package launch
+
+import (
+	"errors"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// PIDAlive reports whether a process with this pid runs now (a zombie does
+// not: it never runs again). A pid alone names no exact process: it may have
+// been reused since it was recorded. Use it only to refuse conservatively
+// (fm home import refuses while a pid recorded by the earlier implementation
+// is alive), never to prove ownership; records fm writes carry the full
+// identity (alive).
+func PIDAlive(pid int) (bool, error) {
+	if pid <= 0 {
+		return false, nil
+	}
+	st, err := readStat(pid)
+	if errors.Is(err, errNoProcess) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
+	}
+	return !st.dead(), nil
+}
+
+// IsRecordName reports whether name is one fm writes in an invocation
+// records directory: an owner record <64 hex>.owner.json or the temporary
+// file .<64 hex>.<pid>-<start>.tmp of one. Anything else there was written
+// by someone else (the earlier Firstmate implementation's records, for
+// instance), and the listing refuses it.
+func IsRecordName(name string) bool {
+	_, temp := parseTempName(name)
+	return recordHex(name) != "" || temp
+}

@@ -1,0 +1,214 @@
+package procevent
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// Homes of the earlier Firstmate implementation ([HOME-4]).
+//
+// That implementation kept registrations as text records and the owner of a
+// captured result in .adapter/.extension sidecars instead of a .meta.json
+// (docs/configuration.md, "Moving a home onto fm"). The readers here detect
+// exactly those two shapes and refuse with home-import-needed, so a home that
+// was never imported, or whose import was interrupted, is never misread as a
+// damaged fm home (schema-invalid): the fix is `fm home import` (package
+// homeimport), which converts it with the Importer below.
+
+// LegacyAdapterSuffix names the earlier implementation's owner sidecar of a
+// captured result: <source-id>.<seq>.adapter.
+const LegacyAdapterSuffix = ".adapter"
+
+// LegacyRegistration reports whether data is a registration record in the
+// earlier implementation's text format, whose first line is adapter=<name>.
+// fm's records are JSON objects and never start so.
+func LegacyRegistration(data []byte) bool { return bytes.HasPrefix(data, []byte("adapter=")) }
+
+// ImportNeeded is the refusal of a reader that found what the earlier
+// implementation wrote.
+func ImportNeeded(format string, args ...any) error {
+	return errcode.New(errcode.HomeImportNeeded, format+"; this home was written by the earlier Firstmate implementation: stop it, then run fm home import", args...)
+}
+
+// CheckRegistration applies fm's record rules to a registration built by the
+// import, its size bound included; what names it in errors.
+func CheckRegistration(r *Registration, what string) error {
+	if err := r.validate(what); err != nil {
+		return err
+	}
+	data, err := strictjson.Canonical(r)
+	if err == nil && len(data) > maxRegistration {
+		err = errcode.New(errcode.JSONOversized, "%s: as fm's record it would be %d bytes, more than the %d fm reads", what, len(data), maxRegistration)
+	}
+	return err
+}
+
+// CheckMeta applies fm's rules to a result meta built by the import.
+func CheckMeta(m *Meta, what string) error { return m.validate(what) }
+
+// Held lists the locks of fm's own runners that are held in the registry of
+// h right now: the serve lock and the claims of sources. It creates nothing;
+// an absent registry holds none.
+func Held(h *home.Home) ([]string, error) {
+	fd, err := unix.Open(h.Registrations(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", h.Registrations())
+	}
+	reg := os.NewFile(uintptr(fd), h.Registrations())
+	defer reg.Close()
+	return heldIn(reg, true)
+}
+
+// heldIn lists the held claims in the registry reg, and with serve the
+// serve lock too.
+func heldIn(reg *os.File, serve bool) ([]string, error) {
+	names, err := namesAt(reg)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if !(serve && n == "serve.lock") && !strings.HasSuffix(n, claimSuffix) {
+			continue
+		}
+		busy, err := held(reg, n)
+		if err != nil {
+			return nil, err
+		}
+		if busy {
+			out = append(out, filepath.Join(reg.Name(), n))
+		}
+	}
+	return out, nil
+}
+
+// Importer writes fm's procevent records for `fm home import`. It holds the
+// serve lock of the home for its life, so no fm procevent serve starts while
+// the import runs, and it was opened only while no source's claim was held.
+type Importer struct {
+	d     *dirs
+	serve *os.File
+}
+
+// OpenImporter pins the state root, the registry and the inbox of h
+// (creating the registry and the inbox 0700 when absent), takes the serve
+// lock without waiting and checks that no runner holds a claim: home-busy
+// otherwise.
+func OpenImporter(h *home.Home) (*Importer, error) {
+	d, err := openDirs(h, false, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.openInbox(true); err != nil {
+		d.close()
+		return nil, err
+	}
+	lock, err := lockFile(d.reg, "serve.lock")
+	if err == nil {
+		var ok bool
+		if ok, err = tryLock(lock, unix.LOCK_EX); err == nil && !ok {
+			err = errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, lock.Name())
+		}
+		if err != nil {
+			lock.Close()
+		}
+	}
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	im := &Importer{d: d, serve: lock}
+	if busy, err := heldIn(d.reg, false); err != nil || len(busy) > 0 {
+		im.Close()
+		if err == nil {
+			err = errcode.New(errcode.HomeBusy, "an fm runner holds %s; wait for its poll to end (or stop fm procevent start), then run fm home import again", strings.Join(busy, ", "))
+		}
+		return nil, err
+	}
+	return im, nil
+}
+
+// Close releases the serve lock and the directory handles.
+func (im *Importer) Close() {
+	im.serve.Close()
+	im.d.close()
+}
+
+// PublishRegistration checks r and durably replaces the record of its source
+// with it (atomic rename: a reader sees the earlier record or r).
+func (im *Importer) PublishRegistration(r *Registration) error {
+	what := "imported registration " + filepath.Join(im.d.reg.Name(), r.SourceID+sourceSuffix)
+	if err := CheckRegistration(r, what); err != nil {
+		return err
+	}
+	data, err := strictjson.Canonical(r)
+	if err != nil {
+		return err
+	}
+	if err := im.d.recheck(); err != nil {
+		return err
+	}
+	return replaceAt(im.d.reg, r.SourceID+sourceSuffix, data)
+}
+
+// PublishMeta checks m and durably creates the meta of its result, which
+// must exist; it never replaces a meta.
+func (im *Importer) PublishMeta(m *Meta) error {
+	n := name(m.SourceID, m.Sequence, metaSuffix)
+	if err := m.validate("imported result meta " + filepath.Join(im.d.inbox.Name(), n)); err != nil {
+		return err
+	}
+	if !existsAt(im.d.inbox, name(m.SourceID, m.Sequence, resultSuffix)) {
+		return errcode.New(errcode.SourceMissing, "no captured result %s in %q", name(m.SourceID, m.Sequence, resultSuffix), im.d.inbox.Name())
+	}
+	data, err := strictjson.Canonical(m)
+	if err != nil {
+		return err
+	}
+	if err := im.d.recheck(); err != nil {
+		return err
+	}
+	if err := createAt(im.d.inbox, n, data); err != nil {
+		if errors.Is(err, fsutil.ErrExists) {
+			return errcode.New(errcode.Internal, "result meta %s appeared during the import", filepath.Join(im.d.inbox.Name(), n))
+		}
+		return err
+	}
+	return nil
+}
+
+// PublishHandled durably replaces the handled marker of id/seq (the earlier
+// implementation's empty one) with fm's marker. The marker exists throughout:
+// the result never reads as unhandled.
+func (im *Importer) PublishHandled(id string, seq int64) error {
+	data, err := strictjson.Canonical(Handled{Schema: HandledSchema, By: HandledByOperator})
+	if err != nil {
+		return err
+	}
+	return replaceAt(im.d.inbox, name(id, seq, handledSuffix), data)
+}
+
+// RaiseCounter makes the sequence counter of source id at least seq, so the
+// next capture of id takes a sequence above every imported one [CAP-1]. A
+// counter already at or above seq is left as it is.
+func (im *Importer) RaiseCounter(id string, seq int64) error {
+	last, err := im.d.counter(id)
+	if err != nil || last >= seq {
+		return err
+	}
+	return replaceAt(im.d.reg, id+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n"))
+}
