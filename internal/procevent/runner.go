@@ -11,6 +11,7 @@ import (
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/wake"
 )
 
 // Status is what one runner pass did ([RUN-1]).
@@ -158,6 +159,11 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	}
 	seq, err := d.nextSeq(id)
 	if err != nil {
+		return nil, err
+	}
+	// A result the wake queue could not announce would be captured for
+	// nothing, again at every pass: refuse before polling instead.
+	if err := wake.Exhausted(d.state); err != nil {
 		return nil, err
 	}
 
