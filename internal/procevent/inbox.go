@@ -3,7 +3,6 @@ package procevent
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -105,8 +104,8 @@ func (m *Meta) owner() owner {
 }
 
 func (m *Meta) validate(what string) error {
-	if m.Schema != MetaSchema || m.Sequence < 1 {
-		return errcode.New(errcode.SchemaInvalid, "%s: schema must be %q with a positive sequence", what, MetaSchema)
+	if m.Schema != MetaSchema || m.Sequence < 1 || m.Sequence > MaxSeq {
+		return errcode.New(errcode.SchemaInvalid, "%s: schema must be %q with a sequence in 1..%d", what, MetaSchema, int64(MaxSeq))
 	}
 	return m.owner().check(what)
 }
@@ -131,7 +130,7 @@ func parseName(n string) (id string, seq int64, suffix string, ok bool) {
 		return "", 0, "", false
 	}
 	seq, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || seq < 1 || digits != strconv.FormatInt(seq, 10) {
+	if err != nil || seq < 1 || seq > MaxSeq || digits != strconv.FormatInt(seq, 10) {
 		return "", 0, "", false
 	}
 	return id, seq, suffix, true
@@ -165,14 +164,18 @@ func outOfRange(n, id string) bool {
 	if !ok || (id != "" && sid != id) || digits == "" || digits[0] == '0' || strings.Trim(digits, "0123456789") != "" {
 		return false
 	}
-	_, err := strconv.ParseInt(digits, 10, 64)
-	return err != nil
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	return err != nil || seq > MaxSeq
 }
 
-// MaxSeq is the greatest sequence of a source: sequences run from 1 to
-// 2^63-1 [CAP-1], and a source that used the last one is refused with
-// sequence-exhausted before it is polled again.
-const MaxSeq = math.MaxInt64
+// MaxSeq is the greatest sequence of a source, 2^53-1: sequences run from 1
+// to MaxSeq [CAP-1], and a source that used the last one is refused with
+// sequence-exhausted before it is polled again. The bound is JSON's, not
+// int64's: a result's meta and the protocol's requests carry the sequence as
+// a JSON number, which canonical JSON (RFC 8785) writes as an IEEE double,
+// exact only up to 2^53; a greater sequence would be written rounded and
+// never read back.
+const MaxSeq = 1<<53 - 1
 
 // exhausted is the error for source id whose sequence cannot advance; why
 // names the file that says so.
@@ -237,7 +240,7 @@ func (d *dirs) counter(id string) (int64, error) {
 		return 0, errcode.New(errcode.SchemaInvalid, "sequence counter %q is not a decimal number; fix or remove it", path)
 	}
 	n, perr := strconv.ParseInt(digits, 10, 64)
-	if perr != nil {
+	if perr != nil || n > MaxSeq {
 		return 0, exhausted(id, fmt.Sprintf("counter %s holds %s, past the last sequence", path, digits))
 	}
 	return n, nil
@@ -330,8 +333,8 @@ func MarkHandled(h *home.Home, id string, seq int64) (already bool, err error) {
 	if err := protocol.CheckSourceID(id); err != nil {
 		return false, err
 	}
-	if seq < 1 {
-		return false, errcode.New(errcode.Usage, "sequence must be a positive integer")
+	if seq < 1 || seq > MaxSeq {
+		return false, errcode.New(errcode.Usage, "sequence %d is outside 1..%d, the sequences a source can have", seq, int64(MaxSeq))
 	}
 	d, err := openInboxReader(h)
 	if err == nil {
