@@ -48,10 +48,13 @@ func TestSourceSequenceNeverWraps(t *testing.T) {
 		t.Fatalf("the last sequence was not announced: %+v", ws)
 	}
 	f.ok("procevent", "handled", "s1", maxSrcSeq)
+	if len(f.log("poll")) != 2 {
+		t.Fatalf("poll log %v", f.log("poll"))
+	}
 	if _, errs, code := f.fm("procevent", "handled", "s1", maxSeq); code != 2 || !strings.HasPrefix(errs, "error[usage]") {
 		t.Fatalf("handled past the last sequence: exit %d %s", code, errs)
 	}
-	polls := len(f.log("source.poll"))
+	polls := len(f.log("poll"))
 	errs := f.fails("sequence-exhausted", "procevent", "start", "s1")
 	if !strings.Contains(errs, "register it under a new source id") {
 		t.Fatalf("the refusal does not say what to do: %s", errs)
@@ -67,7 +70,7 @@ func TestSourceSequenceNeverWraps(t *testing.T) {
 	counter("s4", "9007199254740992\n")
 	f.fails("sequence-exhausted", "procevent", "start", "s4")
 
-	if n := len(f.log("source.poll")); n != polls {
+	if n := len(f.log("poll")); n != polls {
 		t.Fatalf("%d poll(s) ran for sources whose sequence cannot advance", n-polls)
 	}
 	for _, n := range f.inbox() {
@@ -99,13 +102,13 @@ func TestWakeQueueExhaustedRefusesBeforePolling(t *testing.T) {
 	fmt.Fprintf(q, "%d\t%s\tcheck\tforged\tforged\n", time.Now().Unix(), maxSeq)
 	q.Close()
 	before := f.read(queue)
-	polls := len(f.log("source.poll"))
+	polls := len(f.log("poll"))
 	errs := f.fails("sequence-exhausted", "procevent", "start", "s1")
 	if !strings.Contains(errs, "move .wake-queue and .wake-queue.seq aside") {
 		t.Fatalf("the refusal does not say what to do: %s", errs)
 	}
 	f.fails("sequence-exhausted", "procevent", "reconcile", "--reannounce-after", "0")
-	if f.read(queue) != before || len(f.log("source.poll")) != polls || len(f.inbox()) != 2 {
+	if f.read(queue) != before || len(f.log("poll")) != polls || len(f.inbox()) != 2 {
 		t.Fatalf("an exhausted queue still polled, captured or appended; inbox %v", f.inbox())
 	}
 	if out := f.ok("wake", "list", "--after", "1"); !strings.Contains(out, "\t"+maxSeq+"\tcheck\tforged") {
@@ -194,4 +197,44 @@ func TestReconcileMemoryBounded(t *testing.T) {
 		t.Fatalf("second reconcile: %v\n%s", err, out)
 	}
 	t.Logf("next pass: %s, peak RSS %d KiB", time.Since(begin).Round(time.Millisecond), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)
+}
+
+// [CAP-1] [CAP-2] [WAKE-1]: when the queue stops taking wakes between the
+// pre-poll check and the announcement (here a line at 2^63-1 lands during
+// the poll), the capture stays durable and listed, `start` exits 1 with one
+// error line that names the captured file and the cause, and once the
+// operator moves the queue aside, reconcile announces the result.
+func TestCaptureOutlivesExhaustedQueue(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	f.mode("poll", "slow")
+	cmd, out, errs := f.background("procevent", "start", "s1")
+	waitFor(t, 20*time.Second, "the slow poll", func() bool { return len(f.log("poll")) == 2 })
+	queue := f.h.WakeQueue()
+	q, err := os.OpenFile(queue, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(q, "%d\t%s\tcheck\tforged\tforged\n", time.Now().Unix(), maxSeq)
+	q.Close()
+	result := filepath.Join(f.h.Inbox(), "s1.2.result")
+	if code := waitExit(t, cmd, 30*time.Second); code != 1 || out.String() != "" ||
+		!strings.HasPrefix(errs.String(), "error[sequence-exhausted]: captured "+result+" (durable, listed by fm procevent inbox) but could not announce it") ||
+		strings.Count(errs.String(), "\n") != 1 {
+		t.Fatalf("start: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if inbox := f.ok("procevent", "inbox"); !strings.Contains(inbox, result) {
+		t.Fatalf("the capture is not listed:\n%s", inbox)
+	}
+	os.Rename(queue, queue+".old")
+	os.Rename(queue+".seq", queue+".seq.old")
+	if out := f.ok("procevent", "reconcile", "--reannounce-after", "0"); !strings.Contains(out, "reannounced=2") {
+		t.Fatalf("reconcile after the fix: %q", out)
+	}
+	if ws := f.wakes(); len(ws) < 2 || ws[1].Key != "procevent:s1:2" || ws[1].Seq != 2 {
+		t.Fatalf("wakes after the fix: %+v", ws)
+	}
 }
