@@ -84,7 +84,9 @@ func TestQueueSeqNeverWraps(t *testing.T) {
 func TestBadLineNeverHidesLaterWakes(t *testing.T) {
 	dir, state := stateDir(t)
 	queue := filepath.Join(dir, FileName)
-	good := func(seq int, key string) string { return fmt.Sprintf("%d\t%d\tcheck\t%s\tp\n", time.Now().Unix(), seq, key) }
+	good := func(seq int, key string) string {
+		return fmt.Sprintf("%d\t%d\tcheck\t%s\tp\n", time.Now().Unix(), seq, key)
+	}
 	writeRaw(t, queue, good(1, "a")+strings.Repeat("x", 3*readBuf)+"\n"+"1\t-5\tcheck\tneg\tp\n"+good(1000, "ahead")+
 		"1\t2\tcheck\n"+strings.Repeat("\t", 2*readBuf)+"\n"+good(2, "b")+good(3, "c"))
 	want := []string{"a", "ahead", "b", "c"}
