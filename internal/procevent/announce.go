@@ -149,8 +149,13 @@ func (d *dirs) deciding(id string, seq int64) (bool, error) {
 }
 
 // DefaultCompactWindow is how many of the latest wakes `fm wake compact`
-// keeps by default.
+// keeps by default, and serve's automatic compaction keeps.
 const DefaultCompactWindow = 10000
+
+// AutoCompactBytes is the queue size past which serve compacts it: about
+// 200,000 wakes, twenty times what a compaction keeps, so serve compacts
+// rarely and a pass over the queue stays a few tens of milliseconds.
+const AutoCompactBytes = 16 << 20
 
 // CompactWakes compacts h's wake queue (wake.Compact): it keeps the latest
 // window wakes and, for every captured result that is still unhandled, the

@@ -130,18 +130,19 @@ func TestWakeQueueExhaustedRefusesBeforePolling(t *testing.T) {
 	}
 }
 
-// writeQueue writes n wakes (queue-seq 1..n, unrelated keys, time now)
-// straight into the home's queue, buffered, so a large history is quick to
-// make.
-func writeQueue(t *testing.T, path string, n int) {
+// writeQueue writes prefix and then wakes from..to (unrelated keys, time
+// now) straight into the home's queue, buffered, so a large history is
+// quick to make.
+func writeQueue(t *testing.T, path, prefix string, from, to int) {
 	t.Helper()
 	q, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriterSize(q, 1<<20)
+	w.WriteString(prefix)
 	now := strconv.FormatInt(time.Now().Unix(), 10)
-	for i := 1; i <= n; i++ {
+	for i := from; i <= to; i++ {
 		fmt.Fprintf(w, "%s\t%d\tcheck\tprocevent:old%d:%d\tcheck: procevent sig old%d %d\n", now, i, i%1000, i, i%1000, i)
 	}
 	if err := w.Flush(); err != nil {
@@ -174,7 +175,7 @@ func TestReconcileMemoryBounded(t *testing.T) {
 	meta := filepath.Join(f.h.Inbox(), "s1.1.meta.json")
 	m := regexp.MustCompile(`"captured_at":[0-9]+`)
 	f.write(meta, m.ReplaceAllString(f.read(meta), fmt.Sprintf(`"captured_at":%d`, time.Now().Unix()-3600)), 0o600)
-	writeQueue(t, f.h.WakeQueue(), n)
+	writeQueue(t, f.h.WakeQueue(), "", 1, n)
 	cmd := f.fmCmd("procevent", "reconcile", "--reannounce-after", "10m")
 	begin := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -236,5 +237,37 @@ func TestCaptureOutlivesExhaustedQueue(t *testing.T) {
 	}
 	if ws := f.wakes(); len(ws) < 2 || ws[1].Key != "procevent:s1:2" || ws[1].Seq != 2 {
 		t.Fatalf("wakes after the fix: %+v", ws)
+	}
+}
+
+// [CAP-2] [WAKE-1]: serve keeps a served home's queue bounded. Past 16 MiB
+// its maintenance compacts the queue to the latest 10,000 wakes plus the
+// latest wake of each unhandled result (here far back in the history), and
+// queue-seqs go on from the high-water mark.
+func TestServeCompactsALargeQueue(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	tok := f.registerExt("s1")
+	f.ok("procevent", "start", "s1") // unhandled, announced with queue-seq 1
+	f.ok("procevent", "retire", "s1", "--if-owner", tok)
+	queue := f.h.WakeQueue()
+	const n = 250_000
+	writeQueue(t, queue, f.read(queue), 2, n)
+	serve, log := f.serve()
+	waitFor(t, 60*time.Second, "the compaction", func() bool { return strings.Contains(log.String(), "compacted-wakes:") })
+	serve.Process.Signal(syscall.SIGTERM)
+	waitExit(t, serve, 30*time.Second)
+	if !strings.Contains(log.String(), fmt.Sprintf("compacted-wakes: kept=10001 dropped=%d\n", n-10001)) {
+		t.Fatalf("serve log:\n%s", log)
+	}
+	ws := f.wakes()
+	if len(ws) != 10001 || ws[0].Key != "procevent:s1:1" || ws[1].Seq != n-9999 || ws[10000].Seq != n {
+		t.Fatalf("%d wakes kept, first %+v", len(ws), ws[:2])
+	}
+	f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	if ws := f.wakes(); ws[len(ws)-1].Seq != n+1 {
+		t.Fatalf("the next wake: %+v", ws[len(ws)-1])
 	}
 }
