@@ -151,6 +151,11 @@ func Recent(stateDir string, fn func(Wake) bool) error {
 // last to the first, until fn returns false; torn reports whether f ends in
 // an unterminated line, which is never a wake.
 func backwards(f *os.File, size int64, fn func(Wake) bool) (torn bool, err error) {
+	return backwardsBy(f, size, readBuf, fn)
+}
+
+// backwardsBy is backwards reading block bytes at a time.
+func backwardsBy(f *os.File, size, block int64, fn func(Wake) bool) (torn bool, err error) {
 	if size == 0 {
 		return false, nil
 	}
@@ -167,14 +172,17 @@ func backwards(f *os.File, size int64, fn func(Wake) bool) (torn bool, err error
 	if torn {
 		rest = []byte{'\n'}
 	}
-	block := make([]byte, readBuf)
+	// One buffer for the whole read: a block, then the carried rest.
+	window := make([]byte, block+maxLine+1)
+	carry := make([]byte, 0, maxLine+1)
 	for pos > 0 {
-		n := min(int64(len(block)), pos)
+		n := min(block, pos)
 		pos -= n
-		if _, err := f.ReadAt(block[:n], pos); err != nil && err != io.EOF {
+		carry = append(carry[:0], rest...)
+		if _, err := f.ReadAt(window[:n], pos); err != nil && err != io.EOF {
 			return torn, errcode.Wrap(errcode.Internal, err, "read wake queue %q", f.Name())
 		}
-		buf := append(append(make([]byte, 0, int(n)+len(rest)), block[:n]...), rest...)
+		buf := append(window[:n], carry...)
 		end := len(buf) // buf[:end] ends with a newline
 		for {
 			start := bytes.LastIndexByte(buf[:end-1], '\n') + 1
