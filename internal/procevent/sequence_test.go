@@ -135,13 +135,19 @@ func TestWakeQueueExhaustedRefusesBeforePolling(t *testing.T) {
 // quick to make.
 func writeQueue(t *testing.T, path, prefix string, from, to int) {
 	t.Helper()
+	writeQueueAt(t, path, prefix, from, to, time.Now())
+}
+
+// writeQueueAt is writeQueue with the wakes' time at.
+func writeQueueAt(t *testing.T, path, prefix string, from, to int, at time.Time) {
+	t.Helper()
 	q, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriterSize(q, 1<<20)
 	w.WriteString(prefix)
-	now := strconv.FormatInt(time.Now().Unix(), 10)
+	now := strconv.FormatInt(at.Unix(), 10)
 	for i := from; i <= to; i++ {
 		fmt.Fprintf(w, "%s\t%d\tcheck\tprocevent:old%d:%d\tcheck: procevent sig old%d %d\n", now, i, i%1000, i, i%1000, i)
 	}
@@ -191,13 +197,25 @@ func TestReconcileMemoryBounded(t *testing.T) {
 	if ws, _ := wake.List(f.h.State, int64(n)); len(ws) != 1 || ws[0].Seq != int64(n)+1 {
 		t.Fatalf("the re-announcement: %+v", ws)
 	}
-	// The next pass finds the re-announcement at the tail and stops there.
-	cmd = f.fmCmd("procevent", "reconcile", "--reannounce-after", "10m")
-	begin = time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "reannounced=0") {
-		t.Fatalf("second reconcile: %v\n%s", err, out)
+	// The next pass finds the re-announcement at the tail and stops there;
+	// a history older than the interval is not read past its last wake; and
+	// doctor and compact read the whole queue in bounded memory too.
+	run := func(what, want string, args ...string) {
+		t.Helper()
+		cmd := f.fmCmd(args...)
+		begin := time.Now()
+		out, _ := cmd.CombinedOutput()
+		rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+		t.Logf("%s: %s, peak RSS %d KiB", what, time.Since(begin).Round(time.Millisecond), rss)
+		if !strings.Contains(string(out), want) || rss > 40*1024 {
+			t.Fatalf("%s printed %q, peak RSS %d KiB", what, out, rss)
+		}
 	}
-	t.Logf("next pass: %s, peak RSS %d KiB", time.Since(begin).Round(time.Millisecond), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)
+	run("next pass", "reannounced=0", "procevent", "reconcile", "--reannounce-after", "10m")
+	writeQueueAt(t, f.h.WakeQueue(), "", 1, n, time.Now().Add(-24*time.Hour))
+	run("pass over a day-old history", "reannounced=1", "procevent", "reconcile", "--reannounce-after", "10m")
+	run("doctor", fmt.Sprintf("wakes        %d queued", n+1), "doctor")
+	run("wake compact", fmt.Sprintf("compacted: kept=10000 dropped=%d", n-9999), "wake", "compact")
 }
 
 // [CAP-1] [CAP-2] [WAKE-1]: when the queue stops taking wakes between the
