@@ -317,3 +317,42 @@ func TestBackwardsAgreesWithForward(t *testing.T) {
 		}
 	}
 }
+
+// [WAKE-1]: the high-water mark is a private file like the queue: a
+// symlink, a second hard link or a loose mode at its name refuses the
+// append (nothing is written, the link's target untouched), and a stale
+// temporary file left by a killed writer is replaced, never followed.
+func TestMarkRefusals(t *testing.T) {
+	dir, state := stateDir(t)
+	mark := filepath.Join(dir, MarkName)
+	target := filepath.Join(dir, "elsewhere")
+	writeRaw(t, target, "5\n")
+	os.Symlink(target, mark)
+	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
+		t.Fatalf("append with a symlinked mark: %v", err)
+	}
+	os.Remove(mark)
+	os.Link(target, mark)
+	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
+		t.Fatalf("append with a hard-linked mark: %v", err)
+	}
+	os.Remove(mark)
+	writeRaw(t, mark, "5\n")
+	os.Chmod(mark, 0o644)
+	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.ModeUnsafe) {
+		t.Fatalf("append with a 0644 mark: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, FileName)); err == nil {
+		if data, _ := os.ReadFile(filepath.Join(dir, FileName)); len(data) != 0 {
+			t.Fatalf("a refused append wrote %q", data)
+		}
+	}
+	os.Chmod(mark, 0o600)
+	os.Symlink(target, filepath.Join(dir, markTemp))
+	if w, err := Append(state, "check", "k", "p"); err != nil || w.Seq != 6 {
+		t.Fatalf("append past a planted temp link: %+v %v", w, err)
+	}
+	if data, _ := os.ReadFile(target); string(data) != "5\n" {
+		t.Fatalf("the planted link's target was written: %q", data)
+	}
+}
