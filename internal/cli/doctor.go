@@ -263,6 +263,13 @@ func (d *doctor) checkSources(bs []*binding.Binding, registryOK bool) {
 		}
 	}
 	d.ok("sources", "%d registered, %d polling now", len(st.Sources), polling)
+	// An error here is the registry's or the inbox's, which ReadStatus has
+	// just read: each counter that cannot advance is one finding.
+	if problems, err := procevent.Sequences(d.h); err == nil {
+		for _, p := range problems {
+			d.fail("source", p, "retire the source and register it under a new source id (its results stay in the inbox)")
+		}
+	}
 	switch {
 	case st.Serving:
 		d.ok("serve", "fm procevent serve is running for this home")
@@ -280,13 +287,21 @@ func (d *doctor) checkSources(bs []*binding.Binding, registryOK bool) {
 	d.ok("results", "%d captured, none unhandled", st.Results)
 }
 
+// checkWakes reads the whole queue in bounded memory: a queue or
+// high-water mark that stops every append fails, bad lines (skipped by every
+// reader) warn.
 func (d *doctor) checkWakes() {
-	ws, err := wake.List(d.h.State, 0)
+	st, err := wake.ReadStats(d.h.State)
 	if err != nil {
 		d.fail("wakes", err, "")
 		return
 	}
-	d.ok("wakes", "%d queued in %s", len(ws), d.h.WakeQueue())
+	if st.Bad > 0 {
+		d.warn("wakes", "fm wake compact drops them",
+			"%d line(s) of %s are not wakes (a torn append, or an edit) and every reader skips them; %d wake(s) queued", st.Bad, d.h.WakeQueue(), st.Wakes)
+		return
+	}
+	d.ok("wakes", "%d queued in %s", st.Wakes, d.h.WakeQueue())
 }
 
 func (d *doctor) checkRoutes() {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -34,7 +36,7 @@ func init() {
 	register("wake", &Verb{
 		Name:    "list",
 		Args:    "[--after <queue-seq>] [--json]",
-		Summary: "print the queued wakes: on a terminal an aligned table, otherwise one stored line each (unix-seconds, queue-seq, kind, key, payload, tab-separated)",
+		Summary: "print the queued wakes: on a terminal an aligned table, otherwise one stored line each (unix-seconds, queue-seq, kind, key, payload, tab-separated); no wakes (after n) when there is none",
 		Flags: func(fs *flag.FlagSet) {
 			after.declare(fs)
 			fs.BoolVar(&listJSON, "json", false, "print one JSON document")
@@ -51,23 +53,34 @@ func init() {
 			if err != nil {
 				return err
 			}
-			ws, err := wake.List(h.State, n)
-			if err != nil {
-				return err
-			}
-			if listJSON {
+			if listJSON || e.ttyOut {
+				ws, err := wake.List(h.State, n)
+				if err != nil {
+					return err
+				}
+				if !listJSON {
+					return wakeTable(e, ws, n)
+				}
 				if ws == nil {
 					ws = []wake.Wake{}
 				}
 				return writeJSON(e, map[string]any{"wakes": ws})
 			}
-			if e.ttyOut {
-				return wakeTable(e, ws, n)
+			// The queue's own lines, streamed: the queue may be long.
+			out := bufio.NewWriter(e.Stdout)
+			none := true
+			err = wake.Each(h.State, n, func(w wake.Wake) error {
+				none = false
+				_, err := out.WriteString(w.Line())
+				return err
+			})
+			if ferr := out.Flush(); err == nil {
+				err = ferr
 			}
-			for _, w := range ws {
-				fmt.Fprint(e.Stdout, w.Line())
+			if err == nil && none {
+				noWakes(e, n)
 			}
-			return nil
+			return err
 		},
 	})
 
@@ -96,6 +109,44 @@ func init() {
 			})
 		},
 	})
+
+	keep := procevent.DefaultCompactWindow
+	register("wake", &Verb{
+		Name:    "compact",
+		Args:    "[--keep <n>]",
+		Summary: "rewrite the wake queue to its latest wakes and the latest wake of each unhandled result, under the queue's lock; queue-seqs never go back",
+		Flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&keep, "keep", keep, "how many of the latest wakes to keep")
+		},
+		Run: func(e *Env, args []string) error {
+			if err := need(args, 0, 0, "no arguments"); err != nil {
+				return err
+			}
+			if keep < 0 {
+				return errcode.New(errcode.Usage, "--keep %d must not be negative", keep)
+			}
+			h, err := e.Home()
+			if err != nil {
+				return err
+			}
+			res, err := procevent.CompactWakes(h, keep)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "compacted: kept=%d dropped=%d last-seq=%d\n", res.Kept, res.Dropped, res.Mark)
+			return nil
+		},
+	})
+}
+
+// noWakes is the line of a listing with no wake after queue-seq after, on a
+// terminal or not, like every other listing's "no …" line.
+func noWakes(e *Env, after int64) {
+	if after > 0 {
+		fmt.Fprintf(e.Stdout, "no wakes after %d\n", after)
+	} else {
+		fmt.Fprintln(e.Stdout, "no wakes")
+	}
 }
 
 // wakeTable prints wakes for a person at a terminal: aligned columns, the
@@ -103,11 +154,7 @@ func init() {
 // after.
 func wakeTable(e *Env, ws []wake.Wake, after int64) error {
 	if len(ws) == 0 {
-		if after > 0 {
-			fmt.Fprintf(e.Stdout, "no wakes after %d\n", after)
-		} else {
-			fmt.Fprintln(e.Stdout, "no wakes")
-		}
+		noWakes(e, after)
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -91,20 +92,36 @@ func (d *dirs) reannounce(interval time.Duration) (int, error) {
 	if len(due) == 0 {
 		return 0, nil
 	}
-	wakes, err := wake.List(d.state.Name(), 0)
-	if err != nil {
-		return 0, err
-	}
-	latest := map[string]int64{}
-	for _, w := range wakes {
-		if w.Kind == WakeKind {
-			latest[w.Key] = max(latest[w.Key], w.Time)
+	// Only the wakes younger than the interval can spare a result: read the
+	// queue backwards and stop at the first older one, so a pass reads the
+	// queue's recent tail, never its whole history. Wakes are appended in
+	// time order; should the clock have stepped back, a result is at worst
+	// reminded of early.
+	cutoff := time.Now().Add(-interval).Unix()
+	young := map[string]bool{}
+	want := map[string]bool{}
+	for _, m := range due {
+		if m.CapturedAt <= cutoff {
+			want[wakeKey(m.SourceID, m.Sequence)] = true
 		}
 	}
-	cutoff := time.Now().Add(-interval).Unix()
+	if len(want) > 0 {
+		err := wake.Recent(d.state.Name(), func(w wake.Wake) bool {
+			if w.Time <= cutoff {
+				return false
+			}
+			if w.Kind == WakeKind && want[w.Key] {
+				young[w.Key] = true
+			}
+			return len(young) < len(want)
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
 	n := 0
 	for _, m := range due {
-		if max(m.CapturedAt, latest[wakeKey(m.SourceID, m.Sequence)]) > cutoff {
+		if m.CapturedAt > cutoff || young[wakeKey(m.SourceID, m.Sequence)] {
 			continue
 		}
 		if err := announce(d.state, m); err != nil {
@@ -129,4 +146,45 @@ func (d *dirs) deciding(id string, seq int64) (bool, error) {
 	}
 	// Held: still deciding, unless the decision completed meanwhile.
 	return existsAt(d.inbox, name(id, seq, pendingSuffix)), nil
+}
+
+// DefaultCompactWindow is how many of the latest wakes `fm wake compact`
+// keeps by default, and serve's automatic compaction keeps.
+const DefaultCompactWindow = 10000
+
+// AutoCompactBytes is the queue size past which serve compacts it: about
+// 200,000 wakes, twenty times what a compaction keeps, so serve compacts
+// rarely and a pass over the queue stays a few tens of milliseconds.
+const AutoCompactBytes = 16 << 20
+
+// CompactWakes compacts h's wake queue (wake.Compact): it keeps the latest
+// window wakes and, for every captured result that is still unhandled, the
+// latest wake with its key, which the re-announce rule reads. An absent state
+// root or queue is left as it is.
+func CompactWakes(h *home.Home, window int) (wake.CompactResult, error) {
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return wake.CompactResult{}, nil
+	}
+	if err != nil {
+		return wake.CompactResult{}, err
+	}
+	defer d.close()
+	unhandled := map[string]bool{}
+	switch err := d.openInbox(false); err {
+	case errAbsent:
+	case nil:
+		results, err := d.results()
+		if err != nil {
+			return wake.CompactResult{}, err
+		}
+		for _, r := range results {
+			if !r.Handled {
+				unhandled[wakeKey(r.SourceID, r.Sequence)] = true
+			}
+		}
+	default:
+		return wake.CompactResult{}, err
+	}
+	return wake.Compact(d.state, window, func(key string) bool { return unhandled[key] })
 }

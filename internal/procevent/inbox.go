@@ -2,6 +2,7 @@ package procevent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -103,8 +104,8 @@ func (m *Meta) owner() owner {
 }
 
 func (m *Meta) validate(what string) error {
-	if m.Schema != MetaSchema || m.Sequence < 1 {
-		return errcode.New(errcode.SchemaInvalid, "%s: schema must be %q with a positive sequence", what, MetaSchema)
+	if m.Schema != MetaSchema || m.Sequence < 1 || m.Sequence > MaxSeq {
+		return errcode.New(errcode.SchemaInvalid, "%s: schema must be %q with a sequence in 1..%d", what, MetaSchema, int64(MaxSeq))
 	}
 	return m.owner().check(what)
 }
@@ -119,25 +120,67 @@ func name(id string, seq int64, suffix string) string {
 	return id + "." + strconv.FormatInt(seq, 10) + suffix
 }
 
-// parseName splits an inbox name into source id, sequence and suffix.
+// parseName splits an inbox name into source id, sequence and suffix. ok is
+// false for any name that is not an inbox entry of a sequence in 1..MaxSeq;
+// outOfRange picks out, among those, the entries whose sequence is a decimal
+// number past MaxSeq, which fm never writes.
 func parseName(n string) (id string, seq int64, suffix string, ok bool) {
+	id, digits, suffix, ok := splitName(n)
+	if !ok {
+		return "", 0, "", false
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || seq < 1 || seq > MaxSeq || digits != strconv.FormatInt(seq, 10) {
+		return "", 0, "", false
+	}
+	return id, seq, suffix, true
+}
+
+// splitName splits an inbox name into its source id, the text of its
+// sequence and its suffix.
+func splitName(n string) (id, digits, suffix string, ok bool) {
 	for _, s := range []string{resultSuffix, metaSuffix, handledSuffix, pendingSuffix} {
 		rest, found := strings.CutSuffix(n, s)
 		if !found {
 			continue
 		}
 		dot := strings.LastIndexByte(rest, '.')
-		if dot < 0 {
-			return "", 0, "", false
+		if dot < 0 || protocol.CheckSourceID(rest[:dot]) != nil {
+			return "", "", "", false
 		}
-		digits := rest[dot+1:]
-		seq, err := strconv.ParseInt(digits, 10, 64)
-		if err != nil || seq < 1 || digits != strconv.FormatInt(seq, 10) || protocol.CheckSourceID(rest[:dot]) != nil {
-			return "", 0, "", false
-		}
-		return rest[:dot], seq, s, true
+		return rest[:dot], rest[dot+1:], s, true
 	}
-	return "", 0, "", false
+	return "", "", "", false
+}
+
+// outOfRange reports whether the inbox name n is an entry of source id whose
+// sequence is a decimal number past MaxSeq (any source id when id is "").
+// Such a name holds no result fm can list or handle, and it says that the
+// source's sequence cannot advance: the runner refuses the source with
+// sequence-exhausted, and `fm doctor` reports the name. Inbox listings skip
+// it, as they skip every name that is not an entry.
+func outOfRange(n, id string) bool {
+	sid, digits, _, ok := splitName(n)
+	if !ok || (id != "" && sid != id) || digits == "" || digits[0] == '0' || strings.Trim(digits, "0123456789") != "" {
+		return false
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	return err != nil || seq > MaxSeq
+}
+
+// MaxSeq is the greatest sequence of a source, 2^53-1: sequences run from 1
+// to MaxSeq [CAP-1], and a source that used the last one is refused with
+// sequence-exhausted before it is polled again. The bound is JSON's, not
+// int64's: a result's meta and the protocol's requests carry the sequence as
+// a JSON number, which canonical JSON (RFC 8785) writes as an IEEE double,
+// exact only up to 2^53; a greater sequence would be written rounded and
+// never read back.
+const MaxSeq = 1<<53 - 1
+
+// exhausted is the error for source id whose sequence cannot advance; why
+// names the file that says so.
+func exhausted(id, why string) error {
+	return errcode.New(errcode.SequenceExhausted, "source %q cannot take another sequence (%s; sequences end at %d); nothing was polled: retire it (fm procevent retire %s --if-owner <owner token>) and register it under a new source id", id, why, int64(MaxSeq), id)
 }
 
 // nextSeq is the sequence the next capture of id will use: one more than the
@@ -154,19 +197,37 @@ func (d *dirs) nextSeq(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	names, err := namesAt(d.inbox)
+	why := fmt.Sprintf("counter %s holds %d", filepath.Join(d.reg.Name(), id+seqSuffix), last)
+	names, err := d.inboxNames()
 	if err != nil {
 		return 0, err
 	}
 	for _, n := range names {
-		if sid, seq, suffix, ok := parseName(n); ok && sid == id && (suffix == resultSuffix || suffix == handledSuffix) && seq > last {
-			last = seq
+		if outOfRange(n, id) {
+			return 0, exhausted(id, "inbox entry "+filepath.Join(d.inbox.Name(), n)+" has a sequence past the last one")
 		}
+		if sid, seq, suffix, ok := parseName(n); ok && sid == id && (suffix == resultSuffix || suffix == handledSuffix) && seq > last {
+			last, why = seq, "inbox entry "+filepath.Join(d.inbox.Name(), n)+" used it"
+		}
+	}
+	if last >= MaxSeq {
+		return 0, exhausted(id, fmt.Sprintf("sequence %d is used: %s", last, why))
 	}
 	return last + 1, nil
 }
 
+// inboxNames lists the pinned inbox; none when it is not open (absent).
+func (d *dirs) inboxNames() ([]string, error) {
+	if d.inbox == nil {
+		return nil, nil
+	}
+	return namesAt(d.inbox)
+}
+
+// counter reads the durable counter of id: the last sequence captured, 0
+// when there is none.
 func (d *dirs) counter(id string) (int64, error) {
+	path := filepath.Join(d.reg.Name(), id+seqSuffix)
 	data, err := fsutil.ReadPrivateAt(d.reg, id+seqSuffix, maxSeqFile)
 	if os.IsNotExist(err) {
 		return 0, nil
@@ -174,9 +235,13 @@ func (d *dirs) counter(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, perr := strconv.ParseInt(strings.TrimSuffix(string(data), "\n"), 10, 64)
-	if perr != nil || n < 0 {
-		return 0, errcode.New(errcode.SchemaInvalid, "sequence counter %q is not a decimal number; fix or remove it", filepath.Join(d.reg.Name(), id+seqSuffix))
+	digits := strings.TrimSuffix(string(data), "\n")
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, errcode.New(errcode.SchemaInvalid, "sequence counter %q is not a decimal number; fix or remove it", path)
+	}
+	n, perr := strconv.ParseInt(digits, 10, 64)
+	if perr != nil || n > MaxSeq {
+		return 0, exhausted(id, fmt.Sprintf("counter %s holds %s, past the last sequence", path, digits))
 	}
 	return n, nil
 }
@@ -268,8 +333,8 @@ func MarkHandled(h *home.Home, id string, seq int64) (already bool, err error) {
 	if err := protocol.CheckSourceID(id); err != nil {
 		return false, err
 	}
-	if seq < 1 {
-		return false, errcode.New(errcode.Usage, "sequence must be a positive integer")
+	if seq < 1 || seq > MaxSeq {
+		return false, errcode.New(errcode.Usage, "sequence %d is outside 1..%d, the sequences a source can have", seq, int64(MaxSeq))
 	}
 	d, err := openInboxReader(h)
 	if err == nil {

@@ -11,6 +11,7 @@ import (
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/wake"
 )
 
 // Status is what one runner pass did ([RUN-1]).
@@ -51,17 +52,20 @@ type Outcome struct {
 //     (launch.Cleanup), and refuse while an owner record of a poll of this
 //     source remains (a group not proved gone, even of a live host), because
 //     two polls of one source must never run at once;
-//  3. poll: the built-in argv, or source.poll on exactly the registered
+//  3. refuse with sequence-exhausted, before polling, a source whose
+//     sequence cannot advance or a wake queue that cannot (nothing would be
+//     captured that could not be announced);
+//  4. poll: the built-in argv, or source.poll on exactly the registered
 //     binding with the request id of [RID-1] (adapter, source, next
 //     sequence, token, package digest), so a retry before a capture repeats
 //     the id and the first poll after a capture gets the next one;
-//  4. no result: nothing is written. A result, or for an extension any
+//  5. no result: nothing is written. A result, or for an extension any
 //     failure as evidence, is captured [CAP-1], with a pending marker that
 //     says its announcement is being decided (see announce.go);
-//  5. for a result (never for evidence), the silent verdict: true marks it
+//  6. for a result (never for evidence), the silent verdict: true marks it
 //     handled and it is not announced; otherwise one check wake announces it
 //     [CAP-2]; then the pending marker is removed;
-//  6. for a result, the terminal verdict: true retires exactly the polled
+//  7. for a result, the terminal verdict: true retires exactly the polled
 //     generation [CAP-4].
 //
 // A poll cancelled by ctx or stopped by a retire captures nothing; the next
@@ -161,6 +165,11 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A result the wake queue could not announce would be captured for
+	// nothing, again at every pass: refuse before polling instead.
+	if err := wake.Exhausted(d.state); err != nil {
+		return nil, err
+	}
 
 	p, err := d.poll(pctx, r, seq)
 	if err != nil {
@@ -188,7 +197,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	}
 	if !out.Silent {
 		if err := announce(d.state, m); err != nil {
-			return out, errcode.Wrap(errcode.Of(err), err, "captured %s but could not announce it (fm procevent reconcile re-announces it)", path)
+			return out, errcode.Wrap(errcode.Of(err), err, "captured %s (durable, listed by fm procevent inbox) but could not announce it; once the cause below is fixed, fm procevent reconcile announces it", path)
 		}
 	}
 	// Announced or silenced, durably: the announcement is decided.

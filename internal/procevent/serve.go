@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -30,8 +31,10 @@ import (
 // maintainEvery (and at start) it runs the maintenance half of a cycle:
 // resolve the groups dead hosts left (launch.Cleanup on every record whose
 // host is dead: a killed runner leaves the records of its polls and of their
-// handshakes, and the latter carry no source id) and re-announce unhandled
-// results (see announce.go).
+// handshakes, and the latter carry no source id), re-announce unhandled
+// results (see announce.go), and compact the wake queue once it is larger
+// than AutoCompactBytes (CompactWakes), so a served home's queue stays
+// bounded without the operator.
 //
 // serve is a child subreaper (package launch), so a package process that left
 // its poll's group re-parents to it when its parent dies; with
@@ -192,6 +195,13 @@ func (s *supervisor) maintain(d *dirs) {
 		s.log("failed: re-announce (%s): %v", errcode.Of(err), err)
 	} else if n > 0 {
 		s.log("reannounced: %d", n)
+	}
+	if fi, err := os.Lstat(s.h.WakeQueue()); err == nil && fi.Size() > AutoCompactBytes {
+		if res, err := CompactWakes(s.h, DefaultCompactWindow); err != nil {
+			s.log("failed: compact wakes (%s): %v", errcode.Of(err), err)
+		} else {
+			s.log("compacted-wakes: kept=%d dropped=%d", res.Kept, res.Dropped)
+		}
 	}
 }
 

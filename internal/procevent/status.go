@@ -123,3 +123,47 @@ func held(dir *os.File, name string) (bool, error) {
 	free, err := tryLock(f, unix.LOCK_SH)
 	return !free, err
 }
+
+// Sequences reports every source of h whose sequence cannot advance (each
+// as the sequence-exhausted error its next poll would get, or the error of
+// its unreadable counter) and every inbox entry whose sequence is past
+// MaxSeq, registered source or not. It creates nothing.
+func Sequences(h *home.Home) ([]error, error) {
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	switch err := d.openInbox(false); err {
+	case errAbsent, nil:
+	default:
+		return nil, err
+	}
+	var problems []error
+	reported := map[string]bool{}
+	if d.reg != nil {
+		regs, err := d.sources()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range regs {
+			if _, err := d.nextSeq(r.SourceID); err != nil {
+				problems = append(problems, err)
+				reported[r.SourceID] = true
+			}
+		}
+	}
+	names, err := d.inboxNames()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if id, _, _, _ := splitName(n); outOfRange(n, "") && !reported[id] {
+			problems = append(problems, exhausted(id, "inbox entry "+filepath.Join(d.inbox.Name(), n)+" has a sequence past the last one"))
+		}
+	}
+	return problems, nil
+}

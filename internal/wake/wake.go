@@ -8,9 +8,15 @@
 //   - A line is appended under an exclusive flock(2) on the queue file itself
 //     and fsynced before Append returns, so a returned wake survives a crash
 //     and two writers never share a queue-seq. The kernel drops the lock when
-//     a writer dies, so a dead writer never blocks the queue.
-//   - queue-seq is the last complete line's queue-seq plus one (1 for an empty
-//     queue): it only grows, and a reader can resume after any seq it saw.
+//     a writer dies, so a dead writer never blocks the queue. A writer locks
+//     the file that is at the queue's name once the lock is held (Compact
+//     replaces it by rename).
+//   - queue-seqs run from 1 to MaxSeq (2^63-1). The next one is one more than
+//     the greater of the high-water mark <state>/.wake-queue.seq (mark.go) and
+//     the last well-formed line's queue-seq: it only grows, even when the
+//     queue is removed, truncated or compacted, so a reader can resume after
+//     any seq it saw. A queue at MaxSeq refuses every append with
+//     sequence-exhausted: it never writes a queue-seq readers would reject.
 //   - Tabs, newlines and carriage returns in key and payload become spaces, so
 //     one wake is always exactly one line with five fields. A kind is a
 //     lower-case word. Key and payload are bounded by MaxField bytes.
@@ -18,22 +24,19 @@
 //     ignore any line that is not complete and well-formed, and the next
 //     Append first terminates such a torn tail with tornEnd, which keeps it
 //     malformed, so it never corrupts the following wake nor becomes one.
-//   - The queue is a private file: one regular file, not a link, one hard
-//     link, owned by the user, mode exactly 0600. Writers open it relative to
-//     a pinned state directory handle (see package procevent), so a swapped
-//     state path can never redirect an append.
+//     Readers skip every bad line and read on (read.go), in bounded memory.
+//   - The queue and its mark are private files: one regular file, not a link,
+//     one hard link, owned by the user, mode exactly 0600. Writers open them
+//     relative to a pinned state directory handle (see package procevent), so
+//     a swapped state path can never redirect an append.
+//   - The queue grows until Compact (compact.go) rewrites it.
 //
 // Nothing here interprets a wake: the queue is a doorbell for the primary
 // agent, never a carrier of captured output.
 package wake
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,7 +80,11 @@ var kindRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 var flatten = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 
 // Append durably appends one wake to the queue in the state directory state
-// (an open, already checked directory handle) and returns it.
+// (an open, already checked directory handle) and returns it. Its queue-seq
+// is one more than the greater of the high-water mark and the last
+// well-formed line's queue-seq; the mark is raised to it before the line is
+// written. A queue that cannot advance is refused with sequence-exhausted and
+// nothing is written.
 func Append(state *os.File, kind, key, payload string) (Wake, error) {
 	if !kindRe.MatchString(kind) {
 		return Wake{}, errcode.New(errcode.Internal, "wake kind %q must be a lower-case word", kind)
@@ -86,44 +93,23 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 	if len(key) > MaxField || len(payload) > MaxField {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
-	display := filepath.Join(state.Name(), FileName)
-	// O_NONBLOCK: opening a FIFO or device planted at the name never blocks;
-	// check refuses anything but a regular file before it is used.
-	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	fd, err := unix.Openat(int(state.Fd()), FileName, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
-	if err == nil {
-		// New: make the mode exact whatever the umask, and the name durable.
-		err = unix.Fchmod(fd, 0o600)
-		if err == nil {
-			err = unix.Fsync(int(state.Fd()))
-		}
-		if err != nil {
-			unix.Close(fd)
-			return Wake{}, errcode.Wrap(errcode.Internal, err, "create wake queue %q", display)
-		}
-	} else if err == unix.EEXIST {
-		fd, err = unix.Openat(int(state.Fd()), FileName, flags, 0)
-	}
+	f, err := openLocked(state, true)
 	if err != nil {
-		if err == unix.ELOOP {
-			return Wake{}, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
-		}
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
+		return Wake{}, err
 	}
-	f := os.NewFile(uintptr(fd), display)
 	defer f.Close()
-	if err := lock(fd); err != nil {
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "lock wake queue %q", display)
-	}
 	size, err := check(f)
 	if err != nil {
 		return Wake{}, err
 	}
-	last, torn, err := lastSeq(f, size)
+	seq, torn, err := next(state, f, size)
 	if err != nil {
 		return Wake{}, err
 	}
-	w := Wake{Time: time.Now().Unix(), Seq: last + 1, Kind: kind, Key: key, Payload: payload}
+	if err := writeMark(state, seq); err != nil {
+		return Wake{}, err
+	}
+	w := Wake{Time: time.Now().Unix(), Seq: seq, Kind: kind, Key: key, Payload: payload}
 	line := w.Line()
 	if torn {
 		// Terminate the torn tail so that it can never parse: a tail cut
@@ -133,12 +119,125 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 		line = tornEnd + line
 	}
 	if _, err := f.WriteString(line); err != nil {
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "append to wake queue %q", display)
+		return Wake{}, errcode.Wrap(errcode.Internal, err, "append to wake queue %q", f.Name())
 	}
 	if err := f.Sync(); err != nil {
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "sync wake queue %q", display)
+		return Wake{}, errcode.Wrap(errcode.Internal, err, "sync wake queue %q", f.Name())
 	}
 	return w, nil
+}
+
+// next returns the queue-seq the next wake of the locked queue f (of size
+// size) gets, and whether f ends in a torn line. sequence-exhausted when
+// that would pass MaxSeq.
+func next(state, f *os.File, size int64) (int64, bool, error) {
+	mark, err := readMark(state)
+	if err != nil {
+		return 0, false, err
+	}
+	last, torn, err := lastSeq(f, size)
+	if err != nil {
+		return 0, false, err
+	}
+	top := max(mark, last)
+	if top >= MaxSeq {
+		return 0, false, exhausted(filepath.Join(state.Name(), FileName), top)
+	}
+	return top + 1, torn, nil
+}
+
+// exhausted is the error for the queue at path whose queue-seq reached top.
+func exhausted(path string, top int64) error {
+	return errcode.New(errcode.SequenceExhausted,
+		"wake queue %q has reached queue-seq %d and cannot advance; nothing was appended: move %s and %s aside (consumers then resume with --after 0)",
+		path, top, FileName, MarkName)
+}
+
+// Exhausted reports, as a sequence-exhausted error, a queue in state that
+// can take no more wakes, so that a runner refuses before it polls rather
+// than capturing a result it cannot announce. It takes no lock: Append
+// checks again under it.
+func Exhausted(state *os.File) error {
+	f, err := openAt(state)
+	if f == nil || err != nil {
+		if err == nil {
+			_, _, err = next(state, nil, 0)
+		}
+		return err
+	}
+	defer f.Close()
+	size, err := check(f)
+	if err != nil {
+		return err
+	}
+	_, _, err = next(state, f, size)
+	return err
+}
+
+// openLocked opens the queue in state (creating it, 0600, when create is
+// set; else (nil, nil) when it is absent) and takes its lock. The lock is
+// taken on the file that is at the queue's name once it is held: Compact
+// replaces the queue by rename while writers wait for its lock, so a writer
+// that got the lock on a replaced file opens the name again.
+func openLocked(state *os.File, create bool) (*os.File, error) {
+	display := filepath.Join(state.Name(), FileName)
+	for {
+		f, err := openWrite(state, create)
+		if f == nil || err != nil {
+			return nil, err
+		}
+		if err := lock(int(f.Fd())); err != nil {
+			f.Close()
+			return nil, errcode.Wrap(errcode.Internal, err, "lock wake queue %q", display)
+		}
+		var held, named unix.Stat_t
+		err = unix.Fstat(int(f.Fd()), &held)
+		if err == nil {
+			err = unix.Fstatat(int(state.Fd()), FileName, &named, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		switch {
+		case err == nil && held.Dev == named.Dev && held.Ino == named.Ino:
+			return f, nil
+		case err != nil && err != unix.ENOENT:
+			f.Close()
+			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", display)
+		}
+		f.Close() // replaced or removed meanwhile: lock what is there now
+	}
+}
+
+// openWrite opens the queue in state for appending.
+func openWrite(state *os.File, create bool) (*os.File, error) {
+	display := filepath.Join(state.Name(), FileName)
+	// O_NONBLOCK: opening a FIFO or device planted at the name never blocks;
+	// check refuses anything but a regular file before it is used.
+	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Openat(int(state.Fd()), FileName, flags, 0)
+	if err == unix.ENOENT && create {
+		fd, err = unix.Openat(int(state.Fd()), FileName, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err == nil {
+			// New: make the mode exact whatever the umask, and the name durable.
+			err = unix.Fchmod(fd, 0o600)
+			if err == nil {
+				err = unix.Fsync(int(state.Fd()))
+			}
+			if err != nil {
+				unix.Close(fd)
+				return nil, errcode.Wrap(errcode.Internal, err, "create wake queue %q", display)
+			}
+		} else if err == unix.EEXIST {
+			return openWrite(state, create)
+		}
+	}
+	switch {
+	case err == unix.ENOENT:
+		return nil, nil
+	case err == unix.ELOOP:
+		return nil, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
+	case err != nil:
+		return nil, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
+	}
+	return os.NewFile(uintptr(fd), display), nil
 }
 
 func lock(fd int) error {
@@ -169,40 +268,13 @@ func check(f *os.File) (int64, error) {
 	return st.Size, nil
 }
 
-// lastSeq finds the queue-seq of the last well-formed line and whether the
-// file ends in a torn (unterminated) line. It reads only the tail unless the
-// tail holds no well-formed line.
-func lastSeq(f *os.File, size int64) (seq int64, torn bool, err error) {
-	if size == 0 {
-		return 0, false, nil
-	}
-	for window := int64(4 * maxLine); ; window *= 4 {
-		off := max(size-window, 0)
-		buf := make([]byte, size-off)
-		if _, err := f.ReadAt(buf, off); err != nil && err != io.EOF {
-			return 0, false, errcode.Wrap(errcode.Internal, err, "read wake queue %q", f.Name())
-		}
-		torn = buf[len(buf)-1] != '\n'
-		lines := bytes.Split(buf[:bytes.LastIndexByte(buf, '\n')+1], []byte{'\n'})
-		// lines[0] may be a partial line when off > 0; Parse refuses it
-		// or, at worst, it is a suffix that does not parse as five fields.
-		for i := len(lines) - 1; i >= 0; i-- {
-			if off > 0 && i == 0 {
-				break
-			}
-			if w, ok := Parse(string(lines[i])); ok {
-				return w.Seq, torn, nil
-			}
-		}
-		if off == 0 {
-			return 0, torn, nil
-		}
-	}
-}
-
 // Parse reads one stored line (without its newline). ok is false for
-// anything that is not exactly five well-formed fields.
+// anything that is not exactly five well-formed fields within maxLine bytes,
+// and for a queue-seq outside 1..MaxSeq.
 func Parse(line string) (w Wake, ok bool) {
+	if len(line) > maxLine {
+		return Wake{}, false
+	}
 	f := strings.Split(line, "\t")
 	if len(f) != 5 || !kindRe.MatchString(f[2]) {
 		return Wake{}, false
@@ -215,129 +287,37 @@ func Parse(line string) (w Wake, ok bool) {
 	return Wake{Time: t, Seq: s, Kind: f[2], Key: f[3], Payload: f[4]}, true
 }
 
-// List returns the wakes of the queue in the state root stateDir whose
-// queue-seq is greater than after. An absent queue is empty; List never
-// creates anything.
-func List(stateDir string, after int64) ([]Wake, error) {
-	f, err := open(stateDir)
-	if f == nil {
-		return nil, err
-	}
-	defer f.Close()
-	ws, _, err := readFrom(f, 0, after)
-	return ws, err
-}
-
-// open opens the queue for reading; (nil, nil) means it does not exist. The
-// open never blocks and never follows a link (O_NONBLOCK|O_NOFOLLOW): a FIFO
-// or device planted at the queue's name would otherwise block the open until
-// a writer came, which no signal interrupts. check then requires a regular
-// file on the open descriptor before anything is read.
+// open opens the queue in the state root stateDir for reading; (nil, nil)
+// means it does not exist.
 func open(stateDir string) (*os.File, error) {
 	path := filepath.Join(stateDir, FileName)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	return openRead(unix.AT_FDCWD, path, path)
+}
+
+// openAt is open relative to the state directory handle state.
+func openAt(state *os.File) (*os.File, error) {
+	return openRead(int(state.Fd()), FileName, filepath.Join(state.Name(), FileName))
+}
+
+// openRead opens name relative to dirfd read-only. The open never blocks and
+// never follows a link (O_NONBLOCK|O_NOFOLLOW): a FIFO or device planted at
+// the queue's name would otherwise block the open until a writer came, which
+// no signal interrupts. check then requires a regular file on the open
+// descriptor before anything is read.
+func openRead(dirfd int, name, display string) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	switch {
 	case err == unix.ENOENT:
 		return nil, nil
 	case err == unix.ELOOP:
-		return nil, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", path)
+		return nil, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
 	case err != nil:
-		return nil, errcode.Wrap(errcode.Internal, err, "open wake queue %q", path)
+		return nil, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
 	}
-	f := os.NewFile(uintptr(fd), path)
+	f := os.NewFile(uintptr(fd), display)
 	if _, err := check(f); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
-}
-
-// readFrom reads the complete lines from offset on and returns the wakes with
-// queue-seq greater than after, and the offset just past the last complete
-// line (an unterminated tail is left for the next read).
-func readFrom(f *os.File, offset, after int64) ([]Wake, int64, error) {
-	r := bufio.NewReaderSize(io.NewSectionReader(f, offset, 1<<62), 64*1024)
-	var out []Wake
-	for {
-		line, err := r.ReadString('\n')
-		if err == io.EOF {
-			return out, offset, nil
-		}
-		if err != nil {
-			return nil, offset, errcode.Wrap(errcode.Internal, err, "read wake queue %q", f.Name())
-		}
-		offset += int64(len(line))
-		if w, ok := Parse(strings.TrimSuffix(line, "\n")); ok && w.Seq > after {
-			out = append(out, w)
-		}
-	}
-}
-
-// PollInterval is how often Watch looks for new wakes.
-const PollInterval = 100 * time.Millisecond
-
-// Watch calls emit for every wake with queue-seq greater than after, first
-// those already queued and then each new one as it is appended, until ctx is
-// done (it then returns nil) or emit fails. It polls the queue's size every
-// PollInterval, which keeps it independent of the file system's notification
-// support; a queue replaced by a new file is re-read from its start, still
-// skipping every seq already emitted.
-func Watch(ctx context.Context, stateDir string, after int64, emit func(Wake) error) error {
-	var (
-		f      *os.File
-		offset int64
-		ino    uint64
-	)
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
-	tick := time.NewTicker(PollInterval)
-	defer tick.Stop()
-	for {
-		if f == nil {
-			var err error
-			if f, err = open(stateDir); err != nil {
-				return err
-			}
-			offset, ino = 0, inode(f)
-		}
-		if f != nil {
-			ws, next, err := readFrom(f, offset, after)
-			if err != nil {
-				return err
-			}
-			offset = next
-			for _, w := range ws {
-				if err := emit(w); err != nil {
-					return err
-				}
-				after = w.Seq
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		if f != nil && replaced(filepath.Join(stateDir, FileName), ino) {
-			f.Close()
-			f = nil
-		}
-	}
-}
-
-func inode(f *os.File) uint64 {
-	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) != nil {
-		return 0
-	}
-	return st.Ino
-}
-
-func replaced(path string, ino uint64) bool {
-	var st unix.Stat_t
-	err := unix.Lstat(path, &st)
-	return errors.Is(err, unix.ENOENT) || (err == nil && st.Ino != ino)
 }

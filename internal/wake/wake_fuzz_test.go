@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -20,7 +21,8 @@ import (
 func FuzzAppend(f *testing.F) {
 	line := "1700000000\t7\tcheck\tprocevent:s:1\tcheck: procevent fake s 1\n"
 	for _, q := range []string{"", line, line + line[:20], line + line[:len(line)-1], line + "1700000000\t8\tcheck\tprocevent:s:2\t",
-		line + "1700000000\t8\tcheck\tproc", line + "1700000000\t8\tch", line + "garbage\n", "\n\n", line + "17\t9\tCHECK\tk\tp\n", "x\ty\tcheck\tk\tp\n"} {
+		line + "1700000000\t8\tcheck\tproc", line + "1700000000\t8\tch", line + "garbage\n", "\n\n", line + "17\t9\tCHECK\tk\tp\n", "x\ty\tcheck\tk\tp\n",
+		line + "1\t9223372036854775807\tcheck\tk\tp\n", line + strings.Repeat("x", 70000) + "\n" + line, strings.Repeat("y", 70000)} {
 		f.Add([]byte(q), "procevent:s:2", "check: procevent fake s 2")
 	}
 	f.Add([]byte(line), "a\tb\nc", "d\re")
@@ -36,6 +38,7 @@ func FuzzAppend(f *testing.F) {
 		key, payload = key[:min(len(key), wake.MaxField)], payload[:min(len(payload), wake.MaxField)]
 		path := filepath.Join(dir, wake.FileName)
 		os.Remove(path)
+		os.Remove(filepath.Join(dir, wake.MarkName))
 		if err := os.WriteFile(path, queue, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +46,19 @@ func FuzzAppend(f *testing.F) {
 		if err != nil {
 			t.Fatalf("List: %v", err)
 		}
+		var last int64
+		for _, l := range strings.Split(string(queue[:strings.LastIndexByte(string(queue), '\n')+1]), "\n") {
+			if p, ok := wake.Parse(l); ok {
+				last = p.Seq
+			}
+		}
 		w, err := wake.Append(state, "check", key, payload)
+		if last == wake.MaxSeq {
+			if !errcode.Is(err, errcode.SequenceExhausted) {
+				t.Fatalf("append after queue-seq %d: %+v %v", last, w, err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("Append: %v", err)
 		}
@@ -53,12 +68,6 @@ func FuzzAppend(f *testing.F) {
 		}
 		if !reflect.DeepEqual(after, append(before, w)) {
 			t.Fatalf("queue %q: readers saw %d wakes, then %d after one append:\n%+v", queue, len(before), len(after), after)
-		}
-		var last int64
-		for _, l := range strings.Split(string(queue[:strings.LastIndexByte(string(queue), '\n')+1]), "\n") {
-			if p, ok := wake.Parse(l); ok {
-				last = p.Seq
-			}
 		}
 		if w.Seq != last+1 || strings.ContainsAny(w.Key+w.Payload, "\t\n\r") {
 			t.Fatalf("appended %+v after last complete queue-seq %d", w, last)

@@ -1,0 +1,97 @@
+package wake
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
+)
+
+// The high-water mark.
+//
+// <state>/.wake-queue.seq holds the last queue-seq Append gave, as decimal
+// text and a newline ("42\n"; a reader also takes it without the newline),
+// in a private 0600 file. Append raises it, under the queue's lock, before it
+// writes the line, and Compact never lowers it, so the mark is at least every
+// queue-seq ever written and the next queue-seq, one more than the greater of
+// the mark and the queue's last line, exceeds every earlier one even after
+// the queue file was removed, truncated or compacted. The mark is replaced
+// whole: written to markTemp, fsynced, renamed over the mark, and the
+// directory fsynced; markTemp is only ever touched under the queue's lock, so
+// a writer killed midway leaves at worst a stale markTemp that the next
+// writer removes.
+
+// MarkName is the high-water mark's name inside the state root.
+const MarkName = ".wake-queue.seq"
+
+// MaxSeq is the greatest queue-seq: queue-seqs run from 1 to 2^63-1.
+const MaxSeq = math.MaxInt64
+
+const (
+	markTemp = MarkName + ".new"
+	maxMark  = 32
+)
+
+// readMark returns the high-water mark in state, 0 when there is none.
+func readMark(state *os.File) (int64, error) {
+	data, err := fsutil.ReadPrivateAt(state, MarkName, maxMark)
+	if os.IsNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return parseMark(filepath.Join(state.Name(), MarkName), string(data))
+}
+
+// parseMark parses the mark's text: decimal digits, an optional newline.
+func parseMark(path, text string) (int64, error) {
+	digits := strings.TrimSuffix(text, "\n")
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, errcode.New(errcode.SchemaInvalid, "wake queue high-water mark %q must hold one decimal queue-seq; restore it, or write into it the highest queue-seq in %s", path, FileName)
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, errcode.New(errcode.SequenceExhausted, "wake queue high-water mark %q holds %s, past the greatest queue-seq %d; the queue cannot advance: move %s and %s aside (consumers then resume with --after 0)", path, digits, int64(MaxSeq), FileName, MarkName)
+	}
+	return n, nil
+}
+
+// writeMark durably makes seq the high-water mark in state. The caller holds
+// the queue's lock.
+func writeMark(state *os.File, seq int64) error {
+	display := filepath.Join(state.Name(), MarkName)
+	dir := int(state.Fd())
+	if err := unix.Unlinkat(dir, markTemp, 0); err != nil && err != unix.ENOENT {
+		return errcode.Wrap(errcode.Internal, err, "remove the stale %q", filepath.Join(state.Name(), markTemp))
+	}
+	fd, err := unix.Openat(dir, markTemp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "write wake queue high-water mark %q", display)
+	}
+	f := os.NewFile(uintptr(fd), display)
+	err = unix.Fchmod(fd, 0o600)
+	if err == nil {
+		_, err = f.WriteString(strconv.FormatInt(seq, 10) + "\n")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err == nil {
+		err = unix.Renameat(dir, markTemp, dir, MarkName)
+	}
+	if err == nil {
+		err = unix.Fsync(dir)
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "write wake queue high-water mark %q", display)
+	}
+	return nil
+}
