@@ -449,26 +449,20 @@ func highestWake(queue string) (int64, error) {
 	return high, nil
 }
 
-// markName is the queue-seq high-water mark beside the queue: the last
-// queue-seq written, as decimal text. The earlier implementation kept it
-// there, and fm keeps it there too.
-const markName = ".wake-queue.seq"
-
-// wakeMark plans the high-water mark in the state root s: at least its
-// present value and at least high, the highest queue-seq in the queue, so
-// the next wake fm appends takes a queue-seq above every one the earlier
-// implementation issued, even those no longer in the queue. nil: nothing to
-// change. (One function, so the mark's format lives in one place here.)
+// wakeMark plans the high-water mark (wake.MarkName) in the state root s: at
+// least its present value and at least high, the highest queue-seq in the
+// queue, so the next wake fm appends takes a queue-seq above every one the
+// earlier implementation issued, even those no longer in the queue (it kept
+// the same file, in the same format). nil: nothing to change.
 func wakeMark(s string, high int64) (*markFix, error) {
-	path := filepath.Join(s, markName)
+	path := filepath.Join(s, wake.MarkName)
 	m := &markFix{path: path}
 	data, err := readSmall(path)
 	switch {
 	case err == nil:
-		v := strings.TrimSuffix(string(data), "\n")
-		n, perr := strconv.ParseInt(v, 10, 64)
-		if perr != nil || n < 0 || strconv.FormatInt(n, 10) != v {
-			return nil, errcode.New(errcode.SchemaInvalid, "wake queue mark %s is not a decimal number; fix it (the last queue-seq written) or remove it", path)
+		n, perr := wake.ParseMark(path, string(data))
+		if perr != nil {
+			return nil, perr
 		}
 		m.from, m.exists = n, true
 	case os.IsNotExist(err):
@@ -485,7 +479,7 @@ func wakeMark(s string, high int64) (*markFix, error) {
 	return m, nil
 }
 
-func (m *markFix) data() []byte { return []byte(strconv.FormatInt(m.to, 10) + "\n") }
+func (m *markFix) data() []byte { return wake.FormatMark(m.to) }
 
 // scanReceipts plans every unit of staging with a receipt of the earlier
 // schema.

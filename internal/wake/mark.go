@@ -47,11 +47,12 @@ func readMark(state *os.File) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseMark(filepath.Join(state.Name(), MarkName), string(data))
+	return ParseMark(filepath.Join(state.Name(), MarkName), string(data))
 }
 
-// parseMark parses the mark's text: decimal digits, an optional newline.
-func parseMark(path, text string) (int64, error) {
+// ParseMark parses the mark's text read from path: decimal digits, an
+// optional newline.
+func ParseMark(path, text string) (int64, error) {
 	digits := strings.TrimSuffix(text, "\n")
 	if digits == "" || strings.Trim(digits, "0123456789") != "" {
 		return 0, errcode.New(errcode.SchemaInvalid, "wake queue high-water mark %q must hold one decimal queue-seq; restore it, or write into it the highest queue-seq in %s", path, FileName)
@@ -62,6 +63,9 @@ func parseMark(path, text string) (int64, error) {
 	}
 	return n, nil
 }
+
+// FormatMark is the mark's text for seq.
+func FormatMark(seq int64) []byte { return []byte(strconv.FormatInt(seq, 10) + "\n") }
 
 // writeMark durably makes seq the high-water mark in state. The caller holds
 // the queue's lock.
@@ -78,7 +82,7 @@ func writeMark(state *os.File, seq int64) error {
 	f := os.NewFile(uintptr(fd), display)
 	err = unix.Fchmod(fd, 0o600)
 	if err == nil {
-		_, err = f.WriteString(strconv.FormatInt(seq, 10) + "\n")
+		_, err = f.Write(FormatMark(seq))
 	}
 	if err == nil {
 		err = f.Sync()
