@@ -335,7 +335,7 @@ func Retire(h *home.Home, b *Binding) (string, error) {
 		return "", err
 	}
 	dst := filepath.Join(dir, Hex(b.Digest)+".json")
-	if err := unix.Renameat2(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst); err != nil {
 		if err == unix.EEXIST {
 			// The same bytes were retired before and restored by copy:
 			// the retained file is identical by digest, so drop this one.

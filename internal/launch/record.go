@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -451,7 +452,7 @@ func (d *recordDir) write(name string, rec *Record) error {
 // microseconds for a record that lives and dies in the page cache. Where the
 // file system cannot exchange, the plain rename is used.
 func (d *recordDir) publish(tmp, name string) error {
-	err := unix.Renameat2(d.fd, tmp, d.fd, name, unix.RENAME_EXCHANGE)
+	err := fsutil.Exchange(d.fd, tmp, d.fd, name)
 	switch err {
 	case nil:
 		_ = unix.Unlinkat(d.fd, tmp, 0) // the old record, under a temporary name

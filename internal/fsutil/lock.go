@@ -1,0 +1,310 @@
+package fsutil
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Locks. Every lock of fm (the lifecycle lock, serve's lock, a source's claim
+// and stop request, the wake queue) is taken here and nowhere else; this is
+// the only file that calls flock(2). The rule, stated once:
+//
+// A lock is an flock(2) on the regular file at a name inside a pinned
+// directory handle, and it is held only while the locked descriptor is the
+// file at that name and no other process holds a lock on a removed file
+// that had that name.
+//
+//   - The file is opened relative to the directory descriptor with
+//     O_NOFOLLOW|O_CLOEXEC (a package process never inherits it), created
+//     when absent with mode exactly 0600 (the directory is then fsynced), and
+//     must be a regular file owned by the effective uid with mode 0600.
+//   - The flock is tried without blocking (LOCK_NB) with a back-off up to
+//     lockPollMax, so every wait ends when its context does; a Try lock makes
+//     one attempt and returns ErrLocked when another holds it. The kernel
+//     drops a dead holder's lock: a waiter never guesses whether a holder is
+//     alive and never steals from a live one.
+//   - Once flock succeeds, identity is proved: fstat of the descriptor and
+//     fstatat(dir, name, AT_SYMLINK_NOFOLLOW) must give the same device and
+//     inode. A file removed or replaced at the name between open and flock
+//     (by fm itself, such as a retire removing a claim or a compaction
+//     replacing the wake queue, or by anyone else) is dropped and the current
+//     file tried again, at most maxLockSwaps times in a row.
+//   - Orphans: a holder keeps its lock when someone removes or replaces the
+//     file at the name, and a later contender would create or find another
+//     inode there and lock it alongside. So a contender that has proved its
+//     identity then reads /proc/locks for flock(2) locks on other inodes of
+//     the same device and looks, through /proc/<pid>/fd, for a descriptor of
+//     the holder that names "<dir>/<name> (deleted)": such an orphaned holder
+//     counts as holding the lock, and the contender drops its own and waits
+//     (or, with Try, returns ErrLocked). Only holders of the same effective
+//     uid can be seen this way, and every lock file is owned by that uid.
+//     A directory moved away with its lock file inside is not a removal at
+//     the name: the pinned handles of package procevent and home refuse a
+//     moved directory before they write.
+//
+// The lock is held for as long as the Locked value lives; Release drops it.
+type Locked struct{ f *os.File }
+
+// LockOptions select how a lock is taken. Every lock is exclusive: no caller
+// needs a shared one (Held probes with a shared lock that it drops at once).
+type LockOptions struct {
+	// Try makes one attempt: ErrLocked when another holds the lock.
+	Try bool
+	// What names the file in errors ("lifecycle lock", "wake queue").
+	What string
+}
+
+// ErrLocked is returned by a Try lock that another process holds.
+var ErrLocked = errors.New("lock held by another process")
+
+// ErrInterrupted is wrapped, with the context's cause, by Lock when its
+// context ends before the lock could be taken; nothing is held then.
+var ErrInterrupted = errors.New("interrupted while waiting for a lock")
+
+const (
+	// lockPollMax caps the back-off between two attempts at a held lock.
+	lockPollMax = 50 * time.Millisecond
+	// maxLockSwaps bounds the attempts in a row whose file was replaced at
+	// its name between open and flock.
+	maxLockSwaps = 100
+)
+
+// Lock takes the lock on the file name in the directory dir (see the rule
+// above) and returns it held. It waits, with back-off, until the lock is free
+// or ctx ends (ErrInterrupted); with o.Try it returns ErrLocked at once.
+func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locked, error) {
+	path := filepath.Join(dir.Name(), name)
+	swaps := 0
+	for delay := time.Millisecond; ; {
+		f, err := openLock(dir, name, path, o.What)
+		if err != nil {
+			return nil, err
+		}
+		held, err := flock(f, unix.LOCK_EX)
+		if err == nil && held {
+			var same bool
+			if same, err = sameFile(dir, name, f); err == nil && !same {
+				f.Close()
+				if swaps++; swaps >= maxLockSwaps {
+					return nil, errcode.New(errcode.PathUnsafe, "%s %q was replaced %d times while fm was locking it; stop whatever keeps replacing it", what(o), path, swaps)
+				}
+				continue // removed or replaced since it was opened: lock the current file
+			}
+			if err == nil {
+				var orphan bool
+				if orphan, err = orphaned(dir, name); err == nil && !orphan {
+					return &Locked{f: f}, nil
+				}
+			}
+		}
+		f.Close()
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Try:
+			return nil, ErrLocked
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w %q: %w", ErrInterrupted, path, context.Cause(ctx))
+		case <-t.C:
+		}
+		delay = min(2*delay, lockPollMax)
+	}
+}
+
+// Held reports whether a process holds a lock on the existing file name in
+// dir that a shared lock would conflict with (an exclusive one), counting an
+// orphaned holder as Lock does. It creates nothing and holds nothing when it
+// returns; an absent file is not held.
+func Held(dir *os.File, name string, o LockOptions) (bool, error) {
+	path := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch err {
+	case nil:
+	case unix.ENOENT:
+		return orphaned(dir, name)
+	case unix.ELOOP:
+		return false, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
+	default:
+		return false, errcode.Wrap(errcode.Internal, err, "open %s %q", what(o), path)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	free, err := flock(f, unix.LOCK_SH)
+	if err != nil || !free {
+		return !free, err
+	}
+	return orphaned(dir, name)
+}
+
+// File is the locked file, for a lock file that also holds data (the wake
+// queue). It is open read-write with O_APPEND.
+func (l *Locked) File() *os.File { return l.f }
+
+// Release drops the lock. It may be called more than once, and on nil.
+func (l *Locked) Release() {
+	if l != nil && l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+func what(o LockOptions) string {
+	if o.What == "" {
+		return "lock file"
+	}
+	return o.What
+}
+
+// openLock opens, creating when absent, the lock file name of dir and checks
+// it: a regular file owned by the effective uid with mode 0600. O_NONBLOCK
+// keeps a FIFO planted at the name from blocking the open; the check refuses
+// it.
+func openLock(dir *os.File, name, path, noun string) (*os.File, error) {
+	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	o := LockOptions{What: noun}
+	for {
+		fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err == nil {
+			// New: make the mode exact whatever the umask, and the name durable.
+			if err = unix.Fchmod(fd, 0o600); err == nil {
+				err = unix.Fsync(int(dir.Fd()))
+			}
+			if err != nil {
+				unix.Close(fd)
+				return nil, errcode.Wrap(errcode.Internal, err, "create %s %q", what(o), path)
+			}
+			return os.NewFile(uintptr(fd), path), nil
+		}
+		if err == unix.EEXIST {
+			fd, err = unix.Openat(int(dir.Fd()), name, flags, 0)
+			if err == unix.ENOENT {
+				continue // removed between the two opens
+			}
+		}
+		switch {
+		case err == unix.ELOOP:
+			return nil, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
+		case err != nil:
+			return nil, errcode.Wrap(errcode.Internal, err, "open %s %q", what(o), path)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
+		}
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid():
+			unix.Close(fd)
+			return nil, errcode.New(errcode.PathUnsafe, "%s %q is not a regular file you own; remove it", what(o), path)
+		case st.Mode&0o7777 != 0o600:
+			unix.Close(fd)
+			return nil, errcode.New(errcode.ModeUnsafe, "%s %q has mode %04o; it must be 0600 (chmod 600)", what(o), path, st.Mode&0o7777)
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
+}
+
+// flock takes how on f without waiting; false means another open file holds
+// a conflicting lock.
+func flock(f *os.File, how int) (bool, error) {
+	for {
+		switch err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err {
+		case nil:
+			return true, nil
+		case unix.EWOULDBLOCK:
+			return false, nil
+		case unix.EINTR:
+		default:
+			return false, errcode.Wrap(errcode.Internal, err, "lock %q", f.Name())
+		}
+	}
+}
+
+// sameFile reports whether the open file f is still the entry name of dir
+// (same device and inode; not removed or replaced since it was opened).
+func sameFile(dir *os.File, name string, f *os.File) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &b); err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "stat %q", f.Name())
+	}
+	switch err := unix.Fstatat(int(dir.Fd()), name, &a, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		return a.Dev == b.Dev && a.Ino == b.Ino, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return false, errcode.Wrap(errcode.Internal, err, "stat %q", f.Name())
+	}
+}
+
+// orphaned reports whether a process holds an flock(2) lock on a removed
+// file that was the entry name of dir (see Orphans in the rule above): one of
+// its descriptors names "<dir>/<name> (deleted)" and is an inode that
+// /proc/locks lists as flocked by it. The device is not compared: on an
+// overlay file system /proc/locks and stat(2) may disagree on it, and the
+// name already places the file. A system without /proc/locks has no orphans
+// to find.
+func orphaned(dir *os.File, name string) (bool, error) {
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false, nil
+	}
+	// A holder's line is "<n>: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino>
+	// 0 EOF"; a waiter's has "->" after the number and is skipped.
+	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
+	for line := range bytes.Lines(locks) {
+		f := bytes.Fields(line)
+		if len(f) < 6 || string(f[1]) != "FLOCK" {
+			continue
+		}
+		i := bytes.LastIndexByte(f[5], ':')
+		ino, err := strconv.ParseUint(string(f[5][i+1:]), 10, 64)
+		if err != nil {
+			continue
+		}
+		pid := string(f[4])
+		if inos[pid] == nil {
+			inos[pid] = map[uint64]bool{}
+		}
+		inos[pid][ino] = true
+	}
+	if len(inos) == 0 {
+		return false, nil
+	}
+	dirPath, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
+	if err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "resolve directory %q", dir.Name())
+	}
+	want := filepath.Join(dirPath, name) + " (deleted)"
+	for pid, locked := range inos {
+		fds, err := os.ReadDir("/proc/" + pid + "/fd")
+		if err != nil {
+			continue // gone, or another user's process: it cannot hold our lock files
+		}
+		for _, e := range fds {
+			fd := "/proc/" + pid + "/fd/" + e.Name()
+			if t, err := os.Readlink(fd); err != nil || t != want {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat(fd, &st) == nil && locked[st.Ino] {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
