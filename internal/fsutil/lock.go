@@ -67,8 +67,9 @@ type LockOptions struct {
 // ErrLocked is returned by a Try lock that another process holds.
 var ErrLocked = errors.New("lock held by another process")
 
-// ErrInterrupted is wrapped, with the context's cause, by Lock when its
-// context ends before the lock could be taken; nothing is held then.
+// ErrInterrupted is wrapped, with the context's cause, in the process-failed
+// error of Lock when its context ends before the lock could be taken;
+// nothing is held then.
 var ErrInterrupted = errors.New("interrupted while waiting for a lock")
 
 const (
@@ -81,7 +82,8 @@ const (
 
 // Lock takes the lock on the file name in the directory dir (see the rule
 // above) and returns it held. It waits, with back-off, until the lock is free
-// or ctx ends (ErrInterrupted); with o.Try it returns ErrLocked at once.
+// or ctx ends (process-failed, wrapping ErrInterrupted); with o.Try it
+// returns ErrLocked at once.
 func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locked, error) {
 	path := filepath.Join(dir.Name(), name)
 	swaps := 0
@@ -118,24 +120,25 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w %q: %w", ErrInterrupted, path, context.Cause(ctx))
+			return nil, errcode.Wrap(errcode.ProcessFailed, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), "waiting for the %s %q, which another process holds", what(o), path)
 		case <-t.C:
 		}
 		delay = min(2*delay, lockPollMax)
 	}
 }
 
-// Held reports whether a process holds a lock on the existing file name in
-// dir that a shared lock would conflict with (an exclusive one), counting an
-// orphaned holder as Lock does. It creates nothing and holds nothing when it
-// returns; an absent file is not held.
-func Held(dir *os.File, name string, o LockOptions) (bool, error) {
+// Probe reports whether a process holds the lock on the file now at name
+// in dir: it tries a shared lock, which an exclusive holder refuses, and
+// drops it at once. It creates nothing; an absent file is not held. It does
+// not look for orphaned holders (Held does), so it is cheap enough to call
+// every few milliseconds.
+func Probe(dir *os.File, name string, o LockOptions) (bool, error) {
 	path := filepath.Join(dir.Name(), name)
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	switch err {
 	case nil:
 	case unix.ENOENT:
-		return orphaned(dir, name)
+		return false, nil
 	case unix.ELOOP:
 		return false, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
 	default:
@@ -144,8 +147,14 @@ func Held(dir *os.File, name string, o LockOptions) (bool, error) {
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	free, err := flock(f, unix.LOCK_SH)
-	if err != nil || !free {
-		return !free, err
+	return !free, err
+}
+
+// Held reports whether Lock would find the lock name of dir held: Probe, or
+// an orphaned holder of a removed file of that name (see the rule above).
+func Held(dir *os.File, name string, o LockOptions) (bool, error) {
+	if held, err := Probe(dir, name, o); held || err != nil {
+		return held, err
 	}
 	return orphaned(dir, name)
 }
@@ -206,13 +215,18 @@ func openLock(dir *os.File, name, path, noun string) (*os.File, error) {
 			unix.Close(fd)
 			return nil, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
 		}
+		var bad error
 		switch {
-		case st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid():
-			unix.Close(fd)
-			return nil, errcode.New(errcode.PathUnsafe, "%s %q is not a regular file you own; remove it", what(o), path)
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
+			bad = errcode.New(errcode.PathUnsafe, "%s %q is not a regular file; move it aside", what(o), path)
+		case int(st.Uid) != os.Geteuid():
+			bad = errcode.New(errcode.OwnerMismatch, "%s %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", what(o), path, st.Uid, os.Geteuid())
 		case st.Mode&0o7777 != 0o600:
+			bad = errcode.New(errcode.ModeUnsafe, "%s %q has mode %04o; it must be 0600 (chmod 600)", what(o), path, st.Mode&0o7777)
+		}
+		if bad != nil {
 			unix.Close(fd)
-			return nil, errcode.New(errcode.ModeUnsafe, "%s %q has mode %04o; it must be 0600 (chmod 600)", what(o), path, st.Mode&0o7777)
+			return nil, bad
 		}
 		return os.NewFile(uintptr(fd), path), nil
 	}

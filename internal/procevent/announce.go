@@ -1,6 +1,7 @@
 package procevent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -52,15 +53,15 @@ const DefaultReannounce = 10 * time.Minute
 
 func wakeKey(id string, seq int64) string { return fmt.Sprintf("procevent:%s:%d", id, seq) }
 
-func announce(state *os.File, m *Meta) error {
-	_, err := wake.Append(state, WakeKind, wakeKey(m.SourceID, m.Sequence),
+func announce(ctx context.Context, state *os.File, m *Meta) error {
+	_, err := wake.Append(ctx, state, WakeKind, wakeKey(m.SourceID, m.Sequence),
 		fmt.Sprintf("check: procevent %s %s %d", m.Adapter, m.SourceID, m.Sequence))
 	return err
 }
 
 // reannounce applies the re-announce rule to every unhandled result and
 // returns how many it announced.
-func (d *dirs) reannounce(interval time.Duration) (int, error) {
+func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, error) {
 	if err := d.openInbox(false); err == errAbsent {
 		return 0, nil
 	} else if err != nil {
@@ -107,7 +108,7 @@ func (d *dirs) reannounce(interval time.Duration) (int, error) {
 		if max(m.CapturedAt, latest[wakeKey(m.SourceID, m.Sequence)]) > cutoff {
 			continue
 		}
-		if err := announce(d.state, m); err != nil {
+		if err := announce(ctx, d.state, m); err != nil {
 			return n, err
 		}
 		n++

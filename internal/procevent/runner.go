@@ -185,7 +185,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		}
 	}
 	if !out.Silent {
-		if err := announce(d.state, m); err != nil {
+		if err := announce(ctx, d.state, m); err != nil {
 			return out, errcode.Wrap(errcode.Of(err), err, "captured %s but could not announce it (fm procevent reconcile re-announces it)", path)
 		}
 	}

@@ -2,11 +2,8 @@ package procevent
 
 import (
 	"os"
-	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
-	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 )
 
@@ -104,22 +101,9 @@ func (st *HomeStatus) readSources(d *dirs) error {
 	return nil
 }
 
-// held reports whether another open file holds a lock on the existing lock
-// file name in dir; an absent one is not held and is not created.
+// held reports whether a process holds the lock file name in dir (or holds
+// a removed file of that name; see fsutil.Held); an absent one is not
+// created.
 func held(dir *os.File, name string) (bool, error) {
-	path := filepath.Join(dir.Name(), name)
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	switch err {
-	case nil:
-	case unix.ENOENT:
-		return false, nil
-	case unix.ELOOP:
-		return false, errcode.New(errcode.LinkUnsafe, "lock file %q is a symlink; remove it", path)
-	default:
-		return false, errcode.Wrap(errcode.Internal, err, "open lock file %q", path)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	free, err := tryLock(f, unix.LOCK_SH)
-	return !free, err
+	return fsutil.Held(dir, name, fsutil.LockOptions{})
 }

@@ -5,10 +5,12 @@
 //	<unix-seconds>\t<queue-seq>\t<kind>\t<key>\t<payload>\n
 //
 // Rules:
-//   - A line is appended under an exclusive flock(2) on the queue file itself
-//     and fsynced before Append returns, so a returned wake survives a crash
-//     and two writers never share a queue-seq. The kernel drops the lock when
-//     a writer dies, so a dead writer never blocks the queue.
+//   - A line is appended under the lock of the queue file itself
+//     (fsutil.Lock: a wait that ends with ctx, and a lock that holds only on
+//     the file at the queue's name) and fsynced before Append returns, so a
+//     returned wake survives a crash and two writers never share a queue-seq.
+//     The kernel drops the lock when a writer dies, so a dead writer never
+//     blocks the queue.
 //   - queue-seq is the last complete line's queue-seq plus one (1 for an empty
 //     queue): it only grows, and a reader can resume after any seq it saw.
 //   - Tabs, newlines and carriage returns in key and payload become spaces, so
@@ -44,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // FileName is the queue's name inside the state root ([HOME-4]).
@@ -78,7 +81,7 @@ var flatten = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 
 // Append durably appends one wake to the queue in the state directory state
 // (an open, already checked directory handle) and returns it.
-func Append(state *os.File, kind, key, payload string) (Wake, error) {
+func Append(ctx context.Context, state *os.File, kind, key, payload string) (Wake, error) {
 	if !kindRe.MatchString(kind) {
 		return Wake{}, errcode.New(errcode.Internal, "wake kind %q must be a lower-case word", kind)
 	}
@@ -87,34 +90,12 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
 	display := filepath.Join(state.Name(), FileName)
-	// O_NONBLOCK: opening a FIFO or device planted at the name never blocks;
-	// check refuses anything but a regular file before it is used.
-	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	fd, err := unix.Openat(int(state.Fd()), FileName, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
-	if err == nil {
-		// New: make the mode exact whatever the umask, and the name durable.
-		err = unix.Fchmod(fd, 0o600)
-		if err == nil {
-			err = unix.Fsync(int(state.Fd()))
-		}
-		if err != nil {
-			unix.Close(fd)
-			return Wake{}, errcode.Wrap(errcode.Internal, err, "create wake queue %q", display)
-		}
-	} else if err == unix.EEXIST {
-		fd, err = unix.Openat(int(state.Fd()), FileName, flags, 0)
-	}
+	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue"})
 	if err != nil {
-		if err == unix.ELOOP {
-			return Wake{}, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
-		}
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
+		return Wake{}, err
 	}
-	f := os.NewFile(uintptr(fd), display)
-	defer f.Close()
-	if err := lock(fd); err != nil {
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "lock wake queue %q", display)
-	}
+	defer l.Release()
+	f := l.File()
 	size, err := check(f)
 	if err != nil {
 		return Wake{}, err
@@ -139,15 +120,6 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 		return Wake{}, errcode.Wrap(errcode.Internal, err, "sync wake queue %q", display)
 	}
 	return w, nil
-}
-
-func lock(fd int) error {
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX)
-		if err != unix.EINTR {
-			return err
-		}
-	}
 }
 
 // check applies the private-file rule to the open queue and returns its size.

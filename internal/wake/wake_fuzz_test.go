@@ -1,6 +1,7 @@
 package wake_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -43,7 +44,7 @@ func FuzzAppend(f *testing.F) {
 		if err != nil {
 			t.Fatalf("List: %v", err)
 		}
-		w, err := wake.Append(state, "check", key, payload)
+		w, err := wake.Append(context.Background(), state, "check", key, payload)
 		if err != nil {
 			t.Fatalf("Append: %v", err)
 		}
