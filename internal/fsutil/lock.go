@@ -29,8 +29,8 @@ import (
 //     when absent with mode exactly 0600 (the directory is then fsynced), and
 //     must be a regular file owned by the effective uid with mode 0600.
 //   - The flock is tried without blocking (LOCK_NB) with a back-off up to
-//     lockPollMax, so every wait ends when its context does; a Try lock makes
-//     one attempt and returns ErrLocked when another holds it. The kernel
+//     lockPollMax, so every wait ends when its context does; a Try lock
+//     returns ErrLocked when another holds it for longer than tryFor. The kernel
 //     drops a dead holder's lock: a waiter never guesses whether a holder is
 //     alive and never steals from a live one.
 //   - Once flock succeeds, identity is proved: fstat of the descriptor and
@@ -58,7 +58,8 @@ type Locked struct{ f *os.File }
 // LockOptions select how a lock is taken. Every lock is exclusive: no caller
 // needs a shared one (Held probes with a shared lock that it drops at once).
 type LockOptions struct {
-	// Try makes one attempt: ErrLocked when another holds the lock.
+	// Try does not wait for a holder: ErrLocked when another holds the lock
+	// for longer than tryFor.
 	Try bool
 	// What names the file in errors ("lifecycle lock", "wake queue").
 	What string
@@ -78,15 +79,21 @@ const (
 	// maxLockSwaps bounds the attempts in a row whose file was replaced at
 	// its name between open and flock.
 	maxLockSwaps = 100
+	// tryFor is how long a Try lock keeps trying before it reports
+	// ErrLocked: long enough to outlast the momentary shared lock of a
+	// Probe (fm doctor, a runner's stop watch) or a contender that locked a
+	// file just removed, so that neither makes a Try fail, and short enough
+	// that a live holder is reported at once.
+	tryFor = 50 * time.Millisecond
 )
 
 // Lock takes the lock on the file name in the directory dir (see the rule
 // above) and returns it held. It waits, with back-off, until the lock is free
 // or ctx ends (process-failed, wrapping ErrInterrupted); with o.Try it
-// returns ErrLocked at once.
+// returns ErrLocked once the lock has stayed held for tryFor.
 func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locked, error) {
 	path := filepath.Join(dir.Name(), name)
-	swaps := 0
+	swaps, start := 0, time.Now()
 	for delay := time.Millisecond; ; {
 		f, err := openLock(dir, name, path, o.What)
 		if err != nil {
@@ -113,7 +120,7 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 		switch {
 		case err != nil:
 			return nil, err
-		case o.Try:
+		case o.Try && time.Since(start) >= tryFor:
 			return nil, ErrLocked
 		}
 		t := time.NewTimer(delay)
@@ -128,10 +135,14 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 }
 
 // Probe reports whether a process holds the lock on the file now at name
-// in dir: it tries a shared lock, which an exclusive holder refuses, and
-// drops it at once. It creates nothing; an absent file is not held. It does
-// not look for orphaned holders (Held does), so it is cheap enough to call
-// every few milliseconds.
+// in dir. It creates nothing, and an absent file is not held. It reads
+// /proc/locks for an exclusive flock(2) on the file's device and inode, so
+// it never holds the lock itself, even for an instant: a probe (fm doctor, a
+// runner's stop watch) can never make a concurrent Try lock fail. Where
+// /proc/locks is unreadable, or names the inode on another device number (an
+// overlay file system may report two), it tries a shared lock and drops it
+// at once. It does not look for orphaned holders (Held does), so it is cheap
+// enough to call every few milliseconds.
 func Probe(dir *os.File, name string, o LockOptions) (bool, error) {
 	path := filepath.Join(dir.Name(), name)
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
@@ -146,6 +157,25 @@ func Probe(dir *os.File, name string, o LockOptions) (bool, error) {
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
+	}
+	if locks, ok := readFlocks(); ok {
+		dev := devString(st.Dev)
+		ambiguous := false
+		for _, l := range locks {
+			if l.ino == st.Ino && l.write {
+				if l.dev == dev {
+					return true, nil
+				}
+				ambiguous = true
+			}
+		}
+		if !ambiguous {
+			return false, nil
+		}
+	}
 	free, err := flock(f, unix.LOCK_SH)
 	return !free, err
 }
@@ -273,28 +303,16 @@ func sameFile(dir *os.File, name string, f *os.File) (bool, error) {
 // name already places the file. A system without /proc/locks has no orphans
 // to find.
 func orphaned(dir *os.File, name string) (bool, error) {
-	locks, err := os.ReadFile("/proc/locks")
-	if err != nil {
+	locks, ok := readFlocks()
+	if !ok {
 		return false, nil
 	}
-	// A holder's line is "<n>: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino>
-	// 0 EOF"; a waiter's has "->" after the number and is skipped.
 	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
-	for line := range bytes.Lines(locks) {
-		f := bytes.Fields(line)
-		if len(f) < 6 || string(f[1]) != "FLOCK" {
-			continue
+	for _, l := range locks {
+		if inos[l.pid] == nil {
+			inos[l.pid] = map[uint64]bool{}
 		}
-		i := bytes.LastIndexByte(f[5], ':')
-		ino, err := strconv.ParseUint(string(f[5][i+1:]), 10, 64)
-		if err != nil {
-			continue
-		}
-		pid := string(f[4])
-		if inos[pid] == nil {
-			inos[pid] = map[uint64]bool{}
-		}
-		inos[pid][ino] = true
+		inos[l.pid][l.ino] = true
 	}
 	if len(inos) == 0 {
 		return false, nil
@@ -321,4 +339,45 @@ func orphaned(dir *os.File, name string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// flockEntry is one held flock(2) lock of /proc/locks.
+type flockEntry struct {
+	pid   string
+	dev   string // "<major>:<minor>" as /proc/locks prints it
+	ino   uint64
+	write bool // exclusive
+}
+
+// readFlocks lists the held flock(2) locks of /proc/locks; false when it
+// cannot be read. A holder's line is
+// "<n>: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF"; a waiter's has
+// "->" after the number and is skipped.
+func readFlocks() ([]flockEntry, bool) {
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return nil, false
+	}
+	var out []flockEntry
+	for line := range bytes.Lines(data) {
+		f := bytes.Fields(line)
+		if len(f) < 6 || string(f[1]) != "FLOCK" {
+			continue
+		}
+		i := bytes.LastIndexByte(f[5], ':')
+		if i < 0 {
+			continue
+		}
+		ino, err := strconv.ParseUint(string(f[5][i+1:]), 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, flockEntry{pid: string(f[4]), dev: string(f[5][:i]), ino: ino, write: string(f[3]) == "WRITE"})
+	}
+	return out, true
+}
+
+// devString prints a device number as /proc/locks does.
+func devString(dev uint64) string {
+	return fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
 }

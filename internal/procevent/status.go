@@ -39,12 +39,9 @@ type SourceStatus struct {
 // nothing: an absent state root, registry or inbox reads as empty, and a lock
 // file that was never created is not held.
 //
-// Whether a lock is held is probed by taking it shared without waiting and
-// releasing it at once. Runners and serve take their locks exclusively
-// without waiting, so one that tries in that instant finds the source busy
-// or the home served, exactly as if another runner held it: a poll is
-// skipped for one cycle, a registration or a second serve is refused and can
-// be retried. Nothing else is affected, and no state is written.
+// Whether a lock is held is read from /proc/locks (fsutil.Held), without
+// taking it, so a status read never makes a runner, a registration or a
+// serve that starts at that instant find its lock busy. No state is written.
 func ReadStatus(h *home.Home) (*HomeStatus, error) {
 	st := &HomeStatus{}
 	d, err := openDirs(h, false, false)
