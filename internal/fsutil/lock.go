@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,25 +39,34 @@ import (
 //     inode. A file removed or replaced at the name between open and flock
 //     (by fm itself, such as a retire removing a claim or a compaction
 //     replacing the wake queue, or by anyone else) is dropped and the current
-//     file tried again, at most maxLockSwaps times in a row.
+//     file tried again, at most maxLockSwaps times in all.
 //   - Orphans: a holder keeps its lock when someone removes or replaces the
 //     file at the name, and a later contender would create or find another
 //     inode there and lock it alongside. So a contender that has proved its
-//     identity then reads /proc/locks for flock(2) locks on other inodes of
-//     the same device and looks, through /proc/<pid>/fd, for a descriptor of
-//     the holder that names "<dir>/<name> (deleted)": such an orphaned holder
-//     counts as holding the lock, and the contender drops its own and waits
-//     (or, with Try, returns ErrLocked). Only holders of the same effective
-//     uid can be seen this way, and every lock file is owned by that uid.
-//     A directory moved away with its lock file inside is not a removal at
-//     the name: the pinned handles of package procevent and home refuse a
-//     moved directory before they write.
+//     identity then reads the holders of flock(2) locks in /proc/locks and
+//     looks, through /proc/<pid>/fd, for a locked descriptor that names
+//     "<dir>/<name> (deleted)": such an orphaned holder counts as holding
+//     the lock, and the contender drops its own and waits (or, with Try,
+//     returns ErrLocked). Only holders of the same effective uid can be seen
+//     this way, and every lock file is owned by that uid; the holder must be
+//     the process that took the lock, which for fm's close-on-exec
+//     descriptors it always is. A directory moved away with its lock file
+//     inside is not a removal at the name: the pinned handles of package
+//     procevent and home refuse a moved directory before they write.
 //
 // The lock is held for as long as the Locked value lives; Release drops it.
 type Locked struct{ f *os.File }
 
+// own is the set of locks this process holds, so that the orphan look-up
+// checks them in memory rather than through every descriptor of
+// /proc/self/fd (serve holds a claim and pipes for each running poll).
+var own struct {
+	sync.Mutex
+	held map[*Locked]bool
+}
+
 // LockOptions select how a lock is taken. Every lock is exclusive: no caller
-// needs a shared one (Held probes with a shared lock that it drops at once).
+// needs a shared one (Probe and Held only look).
 type LockOptions struct {
 	// Try does not wait for a holder: ErrLocked when another holds the lock
 	// for longer than tryFor.
@@ -76,14 +86,14 @@ var ErrInterrupted = errors.New("interrupted while waiting for a lock")
 const (
 	// lockPollMax caps the back-off between two attempts at a held lock.
 	lockPollMax = 50 * time.Millisecond
-	// maxLockSwaps bounds the attempts in a row whose file was replaced at
+	// maxLockSwaps bounds the attempts of one Lock whose file was replaced at
 	// its name between open and flock.
 	maxLockSwaps = 100
 	// tryFor is how long a Try lock keeps trying before it reports
-	// ErrLocked: long enough to outlast the momentary shared lock of a
-	// Probe (fm doctor, a runner's stop watch) or a contender that locked a
-	// file just removed, so that neither makes a Try fail, and short enough
-	// that a live holder is reported at once.
+	// ErrLocked: long enough to outlast a momentary holder (a contender
+	// that locked a file just removed, or the shared lock of a Probe where
+	// /proc/locks cannot answer), so that neither makes a Try fail, and
+	// short enough that a live holder is reported at once.
 	tryFor = 50 * time.Millisecond
 )
 
@@ -112,7 +122,14 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 			if err == nil {
 				var orphan bool
 				if orphan, err = orphaned(dir, name); err == nil && !orphan {
-					return &Locked{f: f}, nil
+					l := &Locked{f: f}
+					own.Lock()
+					if own.held == nil {
+						own.held = map[*Locked]bool{}
+					}
+					own.held[l] = true
+					own.Unlock()
+					return l, nil
 				}
 			}
 		}
@@ -135,58 +152,76 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 }
 
 // Probe reports whether a process holds the lock on the file now at name
-// in dir. It creates nothing, and an absent file is not held. It reads
-// /proc/locks for an exclusive flock(2) on the file's device and inode, so
-// it never holds the lock itself, even for an instant: a probe (fm doctor, a
-// runner's stop watch) can never make a concurrent Try lock fail. Where
-// /proc/locks is unreadable, or names the inode on another device number (an
-// overlay file system may report two), it tries a shared lock and drops it
-// at once. It does not look for orphaned holders (Held does), so it is cheap
-// enough to call every few milliseconds.
+// in dir, cheaply: it tries a shared lock without waiting and drops it at
+// once. It creates nothing; an absent file is not held. For that instant a
+// concurrent Lock finds the file busy, so Probe is only for a file that is
+// never taken with Try (a retire's stop request, which its runner probes
+// every 100 ms); it does not look for orphaned holders. Use Held elsewhere.
 func Probe(dir *os.File, name string, o LockOptions) (bool, error) {
-	path := filepath.Join(dir.Name(), name)
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	switch err {
-	case nil:
-	case unix.ENOENT:
-		return false, nil
-	case unix.ELOOP:
-		return false, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
-	default:
-		return false, errcode.Wrap(errcode.Internal, err, "open %s %q", what(o), path)
+	f, _, err := openProbe(dir, name, o)
+	if f == nil || err != nil {
+		return false, err
 	}
-	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
+	free, err := flock(f, unix.LOCK_SH)
+	return !free, err
+}
+
+// Held reports whether Lock would find the lock name of dir held: a process
+// holds the file now at name, or an orphaned holder a removed file of that
+// name (see the rule above). It reads /proc/locks for an exclusive flock(2)
+// on the file's device and inode, so it never takes the lock, even for an
+// instant, and fm doctor can never make a starting serve or runner fail.
+// Where /proc/locks is unreadable, or names the inode on another device
+// number only (an overlay file system may report two), it falls back to
+// Probe's shared lock. It creates nothing; an absent file is not held
+// unless by an orphaned holder.
+func Held(dir *os.File, name string, o LockOptions) (bool, error) {
+	f, st, err := openProbe(dir, name, o)
+	if err != nil {
+		return false, err
 	}
-	if locks, ok := readFlocks(); ok {
-		dev := devString(st.Dev)
-		ambiguous := false
+	if f != nil {
+		defer f.Close()
+		locks, ok := readFlocks()
+		ambiguous := !ok
 		for _, l := range locks {
 			if l.ino == st.Ino && l.write {
-				if l.dev == dev {
+				if l.dev == devString(st.Dev) {
 					return true, nil
 				}
 				ambiguous = true
 			}
 		}
-		if !ambiguous {
-			return false, nil
+		if ambiguous {
+			if free, err := flock(f, unix.LOCK_SH); !free || err != nil {
+				return !free, err
+			}
 		}
 	}
-	free, err := flock(f, unix.LOCK_SH)
-	return !free, err
+	return orphaned(dir, name)
 }
 
-// Held reports whether Lock would find the lock name of dir held: Probe, or
-// an orphaned holder of a removed file of that name (see the rule above).
-func Held(dir *os.File, name string, o LockOptions) (bool, error) {
-	if held, err := Probe(dir, name, o); held || err != nil {
-		return held, err
+// openProbe opens the existing file name of dir read-only for Probe and
+// Held, without following a link; a nil file means it is absent.
+func openProbe(dir *os.File, name string, o LockOptions) (*os.File, *unix.Stat_t, error) {
+	path := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch err {
+	case nil:
+	case unix.ENOENT:
+		return nil, nil, nil
+	case unix.ELOOP:
+		return nil, nil, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
+	default:
+		return nil, nil, errcode.Wrap(errcode.Internal, err, "open %s %q", what(o), path)
 	}
-	return orphaned(dir, name)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
+	}
+	return os.NewFile(uintptr(fd), path), &st, nil
 }
 
 // File is the locked file, for a lock file that also holds data (the wake
@@ -195,7 +230,13 @@ func (l *Locked) File() *os.File { return l.f }
 
 // Release drops the lock. It may be called more than once, and on nil.
 func (l *Locked) Release() {
-	if l != nil && l.f != nil {
+	if l == nil {
+		return
+	}
+	own.Lock()
+	defer own.Unlock()
+	delete(own.held, l)
+	if l.f != nil {
 		l.f.Close()
 		l.f = nil
 	}
@@ -322,7 +363,14 @@ func orphaned(dir *os.File, name string) (bool, error) {
 		return false, errcode.Wrap(errcode.Internal, err, "resolve directory %q", dir.Name())
 	}
 	want := filepath.Join(dirPath, name) + " (deleted)"
+	self := strconv.Itoa(os.Getpid())
+	if inos[self] != nil && ownOrphan(want) {
+		return true, nil
+	}
 	for pid, locked := range inos {
+		if pid == self {
+			continue
+		}
 		fds, err := os.ReadDir("/proc/" + pid + "/fd")
 		if err != nil {
 			continue // gone, or another user's process: it cannot hold our lock files
@@ -339,6 +387,19 @@ func orphaned(dir *os.File, name string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// ownOrphan reports whether one of this process's own held locks is on the
+// removed file want names.
+func ownOrphan(want string) bool {
+	own.Lock()
+	defer own.Unlock()
+	for l := range own.held {
+		if t, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(l.f.Fd()))); err == nil && t == want {
+			return true
+		}
+	}
+	return false
 }
 
 // flockEntry is one held flock(2) lock of /proc/locks.
