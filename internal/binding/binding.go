@@ -209,8 +209,23 @@ func (r *Record) Validate(h *home.Home, what string) error {
 
 // Load reads and validates the whole registry of h ([BND-4]). An absent
 // registry directory is not an error: it returns nil and creates nothing
-// ([HOME-5]). Bindings come back in id order.
-func Load(h *home.Home) ([]*Binding, error) {
+// ([HOME-5]). Bindings come back in id order. Any malformed record refuses
+// the whole registry, and so do two bindings that enable one adapter
+// (adapter-conflict, naming both and the command that retires either).
+func Load(h *home.Home) ([]*Binding, error) { return load(h, "") }
+
+// LoadForRetire is Load for the retirement of the binding of id, with the one
+// exception to [BND-4]'s whole-registry refusal: an adapter that id's binding
+// enables and another binding enables too is not refused, so that an
+// operator can always undo such a conflict with fm itself (a hand-made copy
+// of a record, or bindings published by a lock-file race before fm proved
+// lock identity). Every other malformation still refuses, and so does a
+// conflict between two other bindings.
+func LoadForRetire(h *home.Home, id string) ([]*Binding, error) { return load(h, id) }
+
+// load is Load, tolerating adapter conflicts that involve the binding of
+// retiring (none when empty).
+func load(h *home.Home, retiring string) ([]*Binding, error) {
 	dir := h.Bindings()
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil, nil
@@ -232,19 +247,22 @@ func Load(h *home.Home) ([]*Binding, error) {
 	}
 	sort.Strings(names)
 	var out []*Binding
-	owner := map[string]string{}
+	owner := map[string]*Binding{}
 	for _, name := range names {
 		b, err := read(h, filepath.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
+		out = append(out, b)
+		if b.ExtensionID == retiring {
+			continue // its conflicts are what its retirement undoes
+		}
 		for _, a := range b.Adapters() {
 			if other, dup := owner[a]; dup {
-				return nil, errcode.New(errcode.AdapterConflict, "registry %q: adapter %q is enabled by both %s and %s; retire one", dir, a, other, b.ExtensionID)
+				return nil, errcode.New(errcode.AdapterConflict, "registry %q: adapter %q is enabled by both %s (binding %s) and %s (binding %s); retire one of them: fm extension retire-binding %s --if-binding-digest %s, or fm extension retire-binding %s --if-binding-digest %s", dir, a, other.ExtensionID, other.Digest, b.ExtensionID, b.Digest, other.ExtensionID, other.Digest, b.ExtensionID, b.Digest)
 			}
-			owner[a] = b.ExtensionID
+			owner[a] = b
 		}
-		out = append(out, b)
 	}
 	return out, nil
 }
@@ -335,7 +353,7 @@ func Retire(h *home.Home, b *Binding) (string, error) {
 		return "", err
 	}
 	dst := filepath.Join(dir, Hex(b.Digest)+".json")
-	if err := unix.Renameat2(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst); err != nil {
 		if err == unix.EEXIST {
 			// The same bytes were retired before and restored by copy:
 			// the retained file is identical by digest, so drop this one.

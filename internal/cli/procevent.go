@@ -121,7 +121,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			if err := procevent.Retire(h, args[0], c); err != nil {
+			if err := procevent.Retire(e.Ctx, h, args[0], c); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.Stdout, "retired: %s\n", args[0])
@@ -352,7 +352,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			n, err := procevent.Sweep(h, preflight)
+			n, err := procevent.Sweep(e.Ctx, h, preflight)
 			if err != nil {
 				return err
 			}

@@ -129,7 +129,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			res, err := procevent.CompactWakes(h, keep)
+			res, err := procevent.CompactWakes(e.Ctx, h, keep)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,8 @@
 // Package fsutil holds the few durable-file primitives fm builds on: reading a
-// private file without following links, and publishing a file durably
-// without replacing anything.
+// private file without following links, publishing a file durably without
+// replacing anything, the two atomic renames (RenameNoReplace, Exchange:
+// fsutil.go is the only file that calls renameat2(2)) and every lock (Lock:
+// lock.go is the only file that calls flock(2); its rule is stated there).
 //
 // Durability rule: a published file is written to a temp name, fsynced,
 // renamed into place, and the directory is fsynced, so after a crash either
@@ -133,7 +135,7 @@ func PublishNoReplace(tmpDir, final string, data []byte, mode os.FileMode) error
 	if err != nil {
 		return err
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
+	if err := RenameNoReplace(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final); err != nil {
 		os.Remove(tmp)
 		if err == unix.EEXIST {
 			return errcode.Wrap(errcode.BindingExists, ErrExists, "%q already exists", final)
@@ -147,6 +149,22 @@ func PublishNoReplace(tmpDir, final string, data []byte, mode os.FileMode) error
 		return SyncDir(tmpDir)
 	}
 	return nil
+}
+
+// RenameNoReplace renames old in the directory olddir to new in newdir
+// (directory descriptors, or unix.AT_FDCWD for paths) atomically and without
+// replacing anything: unix.EEXIST when new exists. This file is the only one
+// that calls renameat2(2); errors are the raw errno, for the caller to judge
+// and wrap.
+func RenameNoReplace(olddir int, old string, newdir int, new string) error {
+	return unix.Renameat2(olddir, old, newdir, new, unix.RENAME_NOREPLACE)
+}
+
+// Exchange atomically swaps the entries old of olddir and new of newdir,
+// which must both exist (RENAME_EXCHANGE): a reader of either name sees one
+// file or the other, never none. Errors are the raw errno.
+func Exchange(olddir int, old string, newdir int, new string) error {
+	return unix.Renameat2(olddir, old, newdir, new, unix.RENAME_EXCHANGE)
 }
 
 // SyncDir fsyncs a directory so the names in it are durable.

@@ -630,12 +630,14 @@ type Preflight func(b *binding.Binding) error
 // under the lifecycle lock ([LIFE-2]), and returns the retained path. Its
 // wait for the lock ends when ctx does ([LIFE-1]). A binding that does not
 // exist is binding-missing before any lock (or lock file) is taken, so a
-// failed retire on a fresh home creates nothing ([HOME-5]).
+// failed retire on a fresh home creates nothing ([HOME-5]). The registry is
+// read with binding.LoadForRetire: an adapter conflict involving id does not
+// refuse its retirement, which is how the operator undoes it.
 func RetireBinding(ctx context.Context, h *home.Home, id, digest string, preflight Preflight) (string, error) {
 	if !binding.CheckDigest(digest) {
 		return "", errcode.New(errcode.Usage, "--if-binding-digest %q must be sha256:<64 lowercase hex>", digest)
 	}
-	if bs, err := binding.Load(h); err != nil {
+	if bs, err := binding.LoadForRetire(h, id); err != nil {
 		return "", err
 	} else if _, err := binding.Find(bs, id); err != nil {
 		return "", err
@@ -645,7 +647,7 @@ func RetireBinding(ctx context.Context, h *home.Home, id, digest string, preflig
 		return "", err
 	}
 	defer lock.Release()
-	bs, err := binding.Load(h)
+	bs, err := binding.LoadForRetire(h, id)
 	if err != nil {
 		return "", err
 	}

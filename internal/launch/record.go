@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -487,7 +488,7 @@ func (d *recordDir) mine(name string) (Record, bool) {
 // microseconds for a record that lives and dies in the page cache. Where the
 // file system cannot exchange, the plain rename is used.
 func (d *recordDir) publish(tmp, name string) error {
-	err := unix.Renameat2(d.fd, tmp, d.fd, name, unix.RENAME_EXCHANGE)
+	err := fsutil.Exchange(d.fd, tmp, d.fd, name)
 	switch err {
 	case nil:
 		_ = unix.Unlinkat(d.fd, tmp, 0) // the old record, under a temporary name

@@ -65,7 +65,7 @@ func InstallWith(src string, want *Tree, dst string, opts Options) error {
 	if err != nil {
 		return err
 	}
-	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+	err = fsutil.RenameNoReplace(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst)
 	if err != nil {
 		removeAll(tmp)
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {

@@ -1,6 +1,7 @@
 package procevent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -53,15 +54,15 @@ const DefaultReannounce = 10 * time.Minute
 
 func wakeKey(id string, seq int64) string { return fmt.Sprintf("procevent:%s:%d", id, seq) }
 
-func announce(state *os.File, m *Meta) error {
-	_, err := wake.Append(state, WakeKind, wakeKey(m.SourceID, m.Sequence),
+func announce(ctx context.Context, state *os.File, m *Meta) error {
+	_, err := wake.Append(ctx, state, WakeKind, wakeKey(m.SourceID, m.Sequence),
 		fmt.Sprintf("check: procevent %s %s %d", m.Adapter, m.SourceID, m.Sequence))
 	return err
 }
 
 // reannounce applies the re-announce rule to every unhandled result and
 // returns how many it announced.
-func (d *dirs) reannounce(interval time.Duration) (int, error) {
+func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, error) {
 	if err := d.openInbox(false); err == errAbsent {
 		return 0, nil
 	} else if err != nil {
@@ -124,7 +125,7 @@ func (d *dirs) reannounce(interval time.Duration) (int, error) {
 		if m.CapturedAt > cutoff || young[wakeKey(m.SourceID, m.Sequence)] {
 			continue
 		}
-		if err := announce(d.state, m); err != nil {
+		if err := announce(ctx, d.state, m); err != nil {
 			return n, err
 		}
 		n++
@@ -161,7 +162,7 @@ const AutoCompactBytes = 16 << 20
 // window wakes and, for every captured result that is still unhandled, the
 // latest wake with its key, which the re-announce rule reads. An absent state
 // root or queue is left as it is.
-func CompactWakes(h *home.Home, window int) (wake.CompactResult, error) {
+func CompactWakes(ctx context.Context, h *home.Home, window int) (wake.CompactResult, error) {
 	d, err := openDirs(h, false, false)
 	if err == errAbsent {
 		return wake.CompactResult{}, nil
@@ -186,5 +187,5 @@ func CompactWakes(h *home.Home, window int) (wake.CompactResult, error) {
 	default:
 		return wake.CompactResult{}, err
 	}
-	return wake.Compact(d.state, window, func(key string) bool { return unhandled[key] })
+	return wake.Compact(ctx, d.state, window, func(key string) bool { return unhandled[key] })
 }

@@ -3,12 +3,12 @@ package procevent
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // Claims [RUN-4].
@@ -38,12 +38,13 @@ import (
 // file, so `start` of an unknown source creates nothing; registration
 // creates the claim; and whoever ends a source's registration while holding
 // its claim (a retire, a terminal verdict) removes both lock files before
-// releasing it. Because a lock file can be removed, a lock is valid only
-// while its file is still the entry at its name: every locker checks that
-// once it holds the lock (linked) and otherwise starts again on the current
-// file, so two parties never believe they hold "the" claim through two
-// different inodes. A party that finds the source gone once it holds the
-// claim removes the lock files it may have created.
+// releasing it. Every lock here is taken through fsutil.Lock, whose rule
+// makes this safe: a lock is held only while its file is still the entry at
+// its name and no holder of a removed file of that name still runs, so two
+// parties never believe they hold "the" claim through two different inodes,
+// whether fm removed the file (as above) or anyone else removed or replaced
+// it. A party that finds the source gone once it holds the claim removes the
+// lock files it may have created.
 
 const (
 	claimSuffix = ".claim"
@@ -62,130 +63,114 @@ var safetyPoll = 5 * time.Second
 // errStopped is the cause of a poll cancelled by a retire's stop request.
 var errStopped = errors.New("a retire stopped the poll")
 
-type claim struct{ f *os.File }
+type claim struct{ l *fsutil.Locked }
 
 // claim takes the claim of id without waiting; nil means a live runner holds
 // it. It creates the lock file when absent, so call it only for a source that
 // is registered (or is being registered); see removeLocks.
 func (d *dirs) claim(id string) (*claim, error) {
-	for {
-		f, err := lockFile(d.reg, id+claimSuffix)
-		if err != nil {
-			return nil, err
-		}
-		ok, err := tryLock(f, unix.LOCK_EX)
-		if !ok {
-			f.Close()
-			return nil, err
-		}
-		if ok, err := linked(d.reg, id+claimSuffix, f); ok || err != nil {
-			if err != nil {
-				f.Close()
-				return nil, err
-			}
-			return &claim{f: f}, nil
-		}
-		f.Close() // removed by the claim's previous holder: lock the current file
+	l, err := fsutil.Lock(context.Background(), d.reg, id+claimSuffix, fsutil.LockOptions{Try: true})
+	switch {
+	case errors.Is(err, fsutil.ErrLocked):
+		return nil, nil
+	case err != nil:
+		return nil, err
 	}
+	return &claim{l: l}, nil
 }
 
 // removeLocks removes id's claim and stop-request files. The caller holds the
 // claim and has found the source unregistered: the next claim of a new
 // registration creates them again, and anyone still holding one of the
-// removed files finds it unlinked (linked) and starts again.
+// removed files finds it unlinked (fsutil.Lock) and starts again.
 func (d *dirs) removeLocks(id string) {
 	for _, n := range []string{id + claimSuffix, id + stopSuffix} {
 		_ = unix.Unlinkat(int(d.reg.Fd()), n, 0)
 	}
 }
 
-func (c *claim) release() { c.f.Close() }
+func (c *claim) release() { c.l.Release() }
 
 // awaitClaim asks the runner holding id's claim to stop and waits up to
 // stopWait for the claim. The returned release function drops both the
-// claim and the stop request.
-func (d *dirs) awaitClaim(id string) (release func(), err error) {
-	var stop *os.File
-	for stop == nil {
-		f, err := lockFile(d.reg, id+stopSuffix)
-		if err != nil {
-			return nil, err
-		}
-		for {
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-			if err != unix.EINTR {
-				break
-			}
-		}
-		if err != nil {
-			f.Close()
-			return nil, errcode.Wrap(errcode.Internal, err, "lock %q", f.Name())
-		}
-		ok, err := linked(d.reg, id+stopSuffix, f)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		if ok {
-			stop = f
-			// Wake the runner's watch: the mode stays what it is.
-			_ = f.Chmod(0o600)
-		} else {
-			f.Close() // removed by a retire that held it: request on the current file
-		}
+// claim and the stop request. Both waits (for the stop request, which
+// another retire may hold, and for the claim) end when ctx does
+// (process-failed, nothing held).
+func (d *dirs) awaitClaim(ctx context.Context, id string) (release func(), err error) {
+	stop, err := fsutil.Lock(ctx, d.reg, id+stopSuffix, fsutil.LockOptions{})
+	if errors.Is(err, fsutil.ErrInterrupted) {
+		return nil, interrupted(ctx, id)
 	}
+	if err != nil {
+		return nil, err
+	}
+	// Wake the runner's registry watch (watch.go): the mode stays what it is.
+	_ = stop.File().Chmod(0o600)
 	deadline := time.Now().Add(stopWait)
 	for {
 		c, err := d.claim(id)
 		if err != nil {
-			stop.Close()
+			stop.Release()
 			return nil, err
 		}
 		if c != nil {
-			return func() { c.release(); stop.Close() }, nil
+			return func() { c.release(); stop.Release() }, nil
 		}
 		if time.Now().After(deadline) {
-			stop.Close()
+			stop.Release()
 			return nil, errcode.New(errcode.SourceActive, "source %q: its running poll did not stop within %s; nothing was retired, retry", id, stopWait)
 		}
-		time.Sleep(20 * time.Millisecond)
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			stop.Release()
+			return nil, interrupted(ctx, id)
+		case <-t.C:
+		}
 	}
+}
+
+// interrupted is the error of a wait for id's claim that ctx ended.
+func interrupted(ctx context.Context, id string) error {
+	return errcode.Wrap(errcode.ProcessFailed, context.Cause(ctx), "interrupted while waiting for the claim of source %q; nothing was retired", id)
 }
 
 // watchStop returns a context derived from ctx that is cancelled with
 // errStopped as soon as a retire requests that id's poll stop, and a function
-// that ends the watch. An error opening the request file is returned at
-// once: a runner that could not be stopped must not start.
+// that ends the watch. An error probing the request file is returned at
+// once: a runner that could not be stopped must not start. The probe is
+// fsutil.Probe on the file at the name (a retire holds its request there;
+// see fsutil.Lock): it creates nothing.
 func (d *dirs) watchStop(ctx context.Context, id string) (context.Context, func(), error) {
-	f, err := lockFile(d.reg, id+stopSuffix)
+	probe := func() (bool, error) { return fsutil.Probe(d.reg, id+stopSuffix, fsutil.LockOptions{}) }
+	first, err := probe()
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	requested := func() bool {
-		ok, err := tryLock(f, unix.LOCK_SH)
-		if ok {
-			unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		}
-		return !ok && err == nil
+		held, err := probe()
+		return held && err == nil
 	}
 	look := func() {
 		if requested() {
 			cancel(errStopped)
 		}
 	}
+	if first {
+		cancel(errStopped)
+	}
 	// With the registry watch, the watch looks on every event and every
-	// safetyPoll (watch.go). Subscribe before the first look, so no request
+	// safetyPoll (watch.go). Look once more after subscribing, so no request
 	// falls in between.
 	if w, err := watchRegistry(d.reg); err == nil {
 		end := w.onStop(id, look)
 		look()
-		return ctx, func() { end(); w.release(); f.Close(); cancel(nil) }, nil
+		return ctx, func() { end(); w.release(); cancel(nil) }, nil
 	}
-	look()
 	go func() {
-		defer f.Close()
 		t := time.NewTicker(stopPoll)
 		defer t.Stop()
 		for {

@@ -2,6 +2,7 @@ package procevent
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -101,7 +102,7 @@ func heldIn(reg *os.File, serve bool) ([]string, error) {
 // the import runs, and it was opened only while no source's claim was held.
 type Importer struct {
 	d     *dirs
-	serve *os.File
+	serve *fsutil.Locked
 }
 
 // OpenImporter pins the state root, the registry and the inbox of h
@@ -117,15 +118,9 @@ func OpenImporter(h *home.Home) (*Importer, error) {
 		d.close()
 		return nil, err
 	}
-	lock, err := lockFile(d.reg, "serve.lock")
-	if err == nil {
-		var ok bool
-		if ok, err = tryLock(lock, unix.LOCK_EX); err == nil && !ok {
-			err = errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, lock.Name())
-		}
-		if err != nil {
-			lock.Close()
-		}
+	lock, err := fsutil.Lock(context.Background(), d.reg, "serve.lock", fsutil.LockOptions{Try: true})
+	if errors.Is(err, fsutil.ErrLocked) {
+		err = errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, filepath.Join(d.reg.Name(), "serve.lock"))
 	}
 	if err != nil {
 		d.close()
@@ -144,7 +139,7 @@ func OpenImporter(h *home.Home) (*Importer, error) {
 
 // Close releases the serve lock and the directory handles.
 func (im *Importer) Close() {
-	im.serve.Close()
+	im.serve.Release()
 	im.d.close()
 }
 

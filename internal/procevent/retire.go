@@ -1,6 +1,7 @@
 package procevent
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -70,8 +71,9 @@ func (c Condition) decide(id string, r *Registration) (bool, error) {
 // and stale pending markers. It refuses while the poll does not stop or while
 // any owner record of an invocation for the source remains: a group not
 // proved gone, even one whose host is alive (a serve whose poll's group
-// outlived TERM and KILL keeps its record).
-func Retire(h *home.Home, id string, c Condition) error {
+// outlived TERM and KILL keeps its record). Its waits for the claim end when
+// ctx does (process-failed, nothing retired).
+func Retire(ctx context.Context, h *home.Home, id string, c Condition) error {
 	if err := protocol.CheckSourceID(id); err != nil {
 		return err
 	}
@@ -91,13 +93,13 @@ func Retire(h *home.Home, id string, c Condition) error {
 		return err
 	}
 	defer d.close()
-	return d.retire(id, c.decide)
+	return d.retire(ctx, id, c.decide)
 }
 
 // retire removes the registration of id when decide says so, deciding once
 // without the claim (so a refused retire never stops a poll) and again while
 // holding it.
-func (d *dirs) retire(id string, decide func(string, *Registration) (bool, error)) error {
+func (d *dirs) retire(ctx context.Context, id string, decide func(string, *Registration) (bool, error)) error {
 	if d.reg == nil {
 		_, err := decide(id, nil)
 		return err
@@ -116,7 +118,7 @@ func (d *dirs) retire(id string, decide func(string, *Registration) (bool, error
 	if ok, err := decide(id, r); !ok || err != nil {
 		return err
 	}
-	release, err := d.awaitClaim(id)
+	release, err := d.awaitClaim(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -155,7 +157,7 @@ func (d *dirs) retire(id string, decide func(string, *Registration) (bool, error
 // how many registrations it attempted. With preflight it only checks that
 // the registry and the invocation records are readable and valid, changes
 // nothing, and returns how many it would attempt.
-func Sweep(h *home.Home, preflight bool) (int, error) {
+func Sweep(ctx context.Context, h *home.Home, preflight bool) (int, error) {
 	regs, err := Sources(h)
 	if err != nil {
 		return 0, err
@@ -173,7 +175,7 @@ func Sweep(h *home.Home, preflight bool) (int, error) {
 		defer d.close()
 		for _, r := range regs {
 			same := func(_ string, cur *Registration) (bool, error) { return cur != nil && cur.Token == r.Token, nil }
-			if err := d.retire(r.SourceID, same); err != nil {
+			if err := d.retire(ctx, r.SourceID, same); err != nil {
 				failed = append(failed, fmt.Sprintf("%s: %v", r.SourceID, err))
 			}
 		}

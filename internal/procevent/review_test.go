@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
@@ -383,15 +381,7 @@ func TestLifecycleWaitStopsOnTERM(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.bind()
-	lockPath := filepath.Join(f.h.Extensions(), "lifecycle.lock")
-	lock, err := os.OpenFile(lockPath, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	hold(t, filepath.Join(f.h.Extensions(), "lifecycle.lock"))
 	cmd, _, errs := f.background("procevent", "register-extension", "sig", "s1", "--config-ref", "x")
 	time.Sleep(500 * time.Millisecond) // it is waiting for the lock now
 	start := time.Now()

@@ -196,7 +196,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		}
 	}
 	if !out.Silent {
-		if err := announce(d.state, m); err != nil {
+		if err := announce(ctx, d.state, m); err != nil {
 			return out, errcode.Wrap(errcode.Of(err), err, "captured %s (durable, listed by fm procevent inbox) but could not announce it; once the cause below is fixed, fm procevent reconcile announces it", path)
 		}
 	}

@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/launch"
 )
@@ -41,9 +40,9 @@ import (
 // ServeOptions.ReapOrphans (the serve command) it reaps those every Rescan,
 // never touching the leader of a group a poll is still proving gone.
 //
-// One serve per home: it holds an exclusive flock on
-// <state>/procevent/serve.lock for its life (the kernel drops it if serve
-// dies). On ctx cancellation (TERM/INT) every running poll's context is
+// One serve per home: it holds the lock <state>/procevent/serve.lock
+// (fsutil.Lock, without waiting) for its life; the kernel drops it if serve
+// dies, and removing or replacing the file does not let a second serve in. On ctx cancellation (TERM/INT) every running poll's context is
 // cancelled, which makes the launch supervision stop that poll's exact
 // process group; serve returns once every goroutine has ended. A poll
 // stopped this way captures nothing and is repeated with the same request id
@@ -123,18 +122,16 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 		return err
 	}
 	defer d.close()
-	lock, err := lockFile(d.reg, "serve.lock")
+	lock, err := fsutil.Lock(ctx, d.reg, "serve.lock", fsutil.LockOptions{Try: true})
+	if errors.Is(err, fsutil.ErrLocked) {
+		return errcode.New(errcode.SourceActive, "another fm procevent serve is running for home %q", h.Dir)
+	}
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	if ok, err := tryLock(lock, unix.LOCK_EX); err != nil {
-		return err
-	} else if !ok {
-		return errcode.New(errcode.SourceActive, "another fm procevent serve is running for home %q", h.Dir)
-	}
+	defer lock.Release()
 	s := &supervisor{h: h, o: o, running: map[string]bool{}}
-	s.maintain(d)
+	s.maintain(ctx, d)
 	// A registration or retirement is picked up when the registry watch
 	// reports it (watch.go); the Rescan ticker is the safety net.
 	var changed <-chan struct{}
@@ -160,7 +157,7 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 			launch.ReapOrphans()
 		}
 		if time.Since(last) >= maintainEvery {
-			s.maintain(d)
+			s.maintain(ctx, d)
 			last = time.Now()
 		}
 	}
@@ -183,7 +180,7 @@ func (s *supervisor) log(format string, args ...any) {
 
 // maintain resolves dead runners' groups and re-announces; failures are
 // logged and retried at the next maintenance.
-func (s *supervisor) maintain(d *dirs) {
+func (s *supervisor) maintain(ctx context.Context, d *dirs) {
 	n, err := cleanupDead(s.h)
 	if n > 0 {
 		s.log("cleaned-invocations: %d", n)
@@ -191,13 +188,13 @@ func (s *supervisor) maintain(d *dirs) {
 	if err != nil {
 		s.log("failed: cleanup (%s): %v", errcode.Of(err), err)
 	}
-	if n, err := d.reannounce(s.o.Reannounce); err != nil {
+	if n, err := d.reannounce(ctx, s.o.Reannounce); err != nil {
 		s.log("failed: re-announce (%s): %v", errcode.Of(err), err)
 	} else if n > 0 {
 		s.log("reannounced: %d", n)
 	}
 	if fi, err := os.Lstat(s.h.WakeQueue()); err == nil && fi.Size() > AutoCompactBytes {
-		if res, err := CompactWakes(s.h, DefaultCompactWindow); err != nil {
+		if res, err := CompactWakes(ctx, s.h, DefaultCompactWindow); err != nil {
 			s.log("failed: compact wakes (%s): %v", errcode.Of(err), err)
 		} else {
 			s.log("compacted-wakes: kept=%d dropped=%d", res.Kept, res.Dropped)
@@ -297,7 +294,7 @@ func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, erro
 	// A group that stays unproven here refuses only its own source's poll
 	// (Start checks again), so its error is reported there, per source.
 	rep.Cleaned, _ = cleanupDead(h)
-	if rep.Reannounced, err = d.reannounce(o.Reannounce); err != nil {
+	if rep.Reannounced, err = d.reannounce(ctx, o.Reannounce); err != nil {
 		return nil, err
 	}
 	if d.reg == nil {

@@ -4,9 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
-	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 )
 
@@ -42,12 +40,9 @@ type SourceStatus struct {
 // nothing: an absent state root, registry or inbox reads as empty, and a lock
 // file that was never created is not held.
 //
-// Whether a lock is held is probed by taking it shared without waiting and
-// releasing it at once. Runners and serve take their locks exclusively
-// without waiting, so one that tries in that instant finds the source busy
-// or the home served, exactly as if another runner held it: a poll is
-// skipped for one cycle, a registration or a second serve is refused and can
-// be retried. Nothing else is affected, and no state is written.
+// Whether a lock is held is read from /proc/locks (fsutil.Held), without
+// taking it, so a status read never makes a runner, a registration or a
+// serve that starts at that instant find its lock busy. No state is written.
 func ReadStatus(h *home.Home) (*HomeStatus, error) {
 	st := &HomeStatus{}
 	d, err := openDirs(h, false, false)
@@ -104,24 +99,11 @@ func (st *HomeStatus) readSources(d *dirs) error {
 	return nil
 }
 
-// held reports whether another open file holds a lock on the existing lock
-// file name in dir; an absent one is not held and is not created.
+// held reports whether a process holds the lock file name in dir (or holds
+// a removed file of that name; see fsutil.Held); an absent one is not
+// created.
 func held(dir *os.File, name string) (bool, error) {
-	path := filepath.Join(dir.Name(), name)
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	switch err {
-	case nil:
-	case unix.ENOENT:
-		return false, nil
-	case unix.ELOOP:
-		return false, errcode.New(errcode.LinkUnsafe, "lock file %q is a symlink; remove it", path)
-	default:
-		return false, errcode.Wrap(errcode.Internal, err, "open lock file %q", path)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	free, err := tryLock(f, unix.LOCK_SH)
-	return !free, err
+	return fsutil.Held(dir, name, fsutil.LockOptions{})
 }
 
 // Sequences reports every source of h whose sequence cannot advance (each

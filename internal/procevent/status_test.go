@@ -1,27 +1,29 @@
 package procevent_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/procevent"
 )
 
-// hold takes an exclusive lock on path, as a runner holds its claim and
-// serve its lock, until the test ends.
+// hold takes the lock path, as a runner holds its claim and serve its lock,
+// until the test ends.
 func hold(t *testing.T, path string) {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	dir, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	defer dir.Close()
+	l, err := fsutil.Lock(context.Background(), dir, filepath.Base(path), fsutil.LockOptions{Try: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(l.Release)
 }
 
 // [RUN-2] [RUN-4] [CAP-8] ReadStatus, fm doctor's view of the core: it

@@ -20,6 +20,12 @@ if [ "$1" = handshake ]; then
 	body='"adapter_names":'"$names"',"capability":"process-event-adapter","capability_version":1,"extension_id":"'"$FIRSTMATE_EXTENSION_ID"'","extension_version":"'"$FIRSTMATE_EXTENSION_VERSION"'","host_protocol":1,"schema":"firstmate.extension-handshake-response.v1"'
 	case $mode in
 	good) printf '{%s,"request_id":"%s"}' "$body" "$rid" ;;
+	slow)
+		# answer well after 3 s, having said so in $state/handshaking: a
+		# test acts while a bind holds the lifecycle lock [LIFE-1].
+		: >"$state/handshaking"
+		sleep 3
+		printf '{%s,"request_id":"%s"}' "$body" "$rid" ;;
 	big-output) ok '{"output":"'"$(head -c 32769 /dev/zero | tr '\0' a)"'","status":"result"}' ;;
 bad-status) ok '{"output":"x","status":"maybe"}' ;;
 null-result) ok null ;;

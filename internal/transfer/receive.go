@@ -359,7 +359,7 @@ func moveUnit(src, dst string) error {
 // rename moves src to dst without replacing an existing dst, then fsyncs
 // both parent directories.
 func rename(src, dst string) error {
-	if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, src, unix.AT_FDCWD, dst); err != nil {
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
 			return errcode.New(errcode.TransferExists, "%s already exists", dst)
 		}

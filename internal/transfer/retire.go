@@ -98,7 +98,7 @@ func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest
 		return nil, err
 	}
 
-	bs, err := binding.Load(h)
+	bs, err := binding.LoadForRetire(h, id) // as retire-binding: a conflict with id's binding does not refuse
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package wake
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"path/filepath"
 
@@ -39,13 +40,14 @@ type CompactResult struct {
 
 // Compact compacts the queue in the state directory state (see above). An
 // absent queue is left absent.
-func Compact(state *os.File, window int, keep func(key string) bool) (CompactResult, error) {
+func Compact(ctx context.Context, state *os.File, window int, keep func(key string) bool) (CompactResult, error) {
 	var res CompactResult
-	f, err := openLocked(state, false)
-	if f == nil {
+	l, err := openLocked(ctx, state, false)
+	if l == nil {
 		return res, err
 	}
-	defer f.Close()
+	defer l.Release()
+	f := l.File()
 	if _, err := check(f); err != nil {
 		return res, err
 	}

@@ -3,6 +3,7 @@ package wake_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -121,7 +122,7 @@ func TestCompactKilledAtRandomPoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	if got, err := wake.Append(dir, "check", "k", "p"); err != nil || got.Seq != n+1 {
+	if got, err := wake.Append(context.Background(), dir, "check", "k", "p"); err != nil || got.Seq != n+1 {
 		t.Fatalf("the next wake after the kills: %+v %v", got, err)
 	}
 	// A stale temporary file of a killed compaction is removed by the next.
@@ -158,7 +159,7 @@ func TestAppendsRacingCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	if _, err := wake.Append(dir, "check", "first", "p"); err != nil {
+	if _, err := wake.Append(context.Background(), dir, "check", "first", "p"); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -187,7 +188,7 @@ func TestAppendsRacingCompaction(t *testing.T) {
 		go func() {
 			var seqs []int64
 			for i := range each {
-				got, err := wake.Append(dir, "check", fmt.Sprintf("w%d-%d", w, i), "p")
+				got, err := wake.Append(context.Background(), dir, "check", fmt.Sprintf("w%d-%d", w, i), "p")
 				if err != nil {
 					t.Error(err)
 					break

@@ -18,7 +18,7 @@ import (
 func appendN(t *testing.T, state *os.File, n int) {
 	t.Helper()
 	for i := range n {
-		if _, err := Append(state, "check", fmt.Sprintf("k%d", i), "p"); err != nil {
+		if _, err := Append(context.Background(), state, "check", fmt.Sprintf("k%d", i), "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -41,7 +41,7 @@ func TestQueueSeqNeverWraps(t *testing.T) {
 	queue := filepath.Join(dir, FileName)
 	writeRaw(t, queue, "1\t1\tcheck\ta\tp\n1\t9223372036854775807\tcheck\tforged\tp\n")
 	for i := range 3 {
-		w, err := Append(state, "check", "b", "p")
+		w, err := Append(context.Background(), state, "check", "b", "p")
 		if !errcode.Is(err, errcode.SequenceExhausted) {
 			t.Fatalf("append %d after queue-seq 2^63-1: %+v %v", i, w, err)
 		}
@@ -65,7 +65,7 @@ func TestQueueSeqNeverWraps(t *testing.T) {
 		"\n":                    errcode.SchemaInvalid,
 	} {
 		writeRaw(t, filepath.Join(dir, MarkName), mark)
-		if w, err := Append(state, "check", "b", "p"); !errcode.Is(err, code) {
+		if w, err := Append(context.Background(), state, "check", "b", "p"); !errcode.Is(err, code) {
 			t.Fatalf("mark %q: append gave %+v %v, want %s", mark, w, err, code)
 		}
 		if _, err := os.Lstat(queue); err == nil && Exhausted(state) == nil {
@@ -73,7 +73,7 @@ func TestQueueSeqNeverWraps(t *testing.T) {
 		}
 	}
 	writeRaw(t, filepath.Join(dir, MarkName), "9223372036854775806")
-	if w, err := Append(state, "check", "b", "p"); err != nil || w.Seq != MaxSeq {
+	if w, err := Append(context.Background(), state, "check", "b", "p"); err != nil || w.Seq != MaxSeq {
 		t.Fatalf("the last queue-seq: %+v %v", w, err)
 	}
 }
@@ -116,7 +116,7 @@ func TestBadLineNeverHidesLaterWakes(t *testing.T) {
 	}
 	// Watch from the start, then a wake appended while it runs.
 	got := watch(t, dir, 0, func() {
-		if _, err := Append(state, "check", "d", "p"); err != nil {
+		if _, err := Append(context.Background(), state, "check", "d", "p"); err != nil {
 			t.Fatal(err)
 		}
 	}, 5)
@@ -168,7 +168,7 @@ func TestSeqSurvivesRemovalTruncationCompaction(t *testing.T) {
 	os.Remove(queue)
 	next := func(want int64) {
 		t.Helper()
-		w, err := Append(state, "check", "x", "p")
+		w, err := Append(context.Background(), state, "check", "x", "p")
 		if err != nil || w.Seq != want {
 			t.Fatalf("next wake %+v %v, want queue-seq %d", w, err, want)
 		}
@@ -178,7 +178,7 @@ func TestSeqSurvivesRemovalTruncationCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(7)
-	if _, err := Compact(state, 0, func(string) bool { return false }); err != nil {
+	if _, err := Compact(context.Background(), state, 0, func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(queue); len(data) != 0 {
@@ -201,7 +201,7 @@ func TestWatchAcrossTruncationAndCompaction(t *testing.T) {
 	appendN(t, state, 5)
 	step := func(change func()) {
 		change()
-		if _, err := Append(state, "check", "new", "p"); err != nil {
+		if _, err := Append(context.Background(), state, "check", "new", "p"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * PollInterval)
@@ -210,7 +210,7 @@ func TestWatchAcrossTruncationAndCompaction(t *testing.T) {
 		step(func() { os.Truncate(queue, 0) })
 		step(func() { os.Remove(queue) })
 		step(func() {
-			if _, err := Compact(state, 1, func(string) bool { return false }); err != nil {
+			if _, err := Compact(context.Background(), state, 1, func(string) bool { return false }); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -245,7 +245,7 @@ func TestCompactKeeps(t *testing.T) {
 	dir, state := stateDir(t)
 	queue := filepath.Join(dir, FileName)
 	for i := range 100 {
-		if _, err := Append(state, "check", fmt.Sprintf("k%d", i%10), fmt.Sprintf("p%d", i)); err != nil {
+		if _, err := Append(context.Background(), state, "check", fmt.Sprintf("k%d", i%10), fmt.Sprintf("p%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -253,7 +253,7 @@ func TestCompactKeeps(t *testing.T) {
 	q.WriteString("garbage\n")
 	q.Close()
 	before, _ := List(dir, 0)
-	res, err := Compact(state, 5, func(k string) bool { return k == "k3" || k == "k9" })
+	res, err := Compact(context.Background(), state, 5, func(k string) bool { return k == "k3" || k == "k9" })
 	if err != nil || res.Kept != 6 || res.Dropped != 95 || res.Mark != 100 {
 		t.Fatalf("Compact: %+v %v", res, err)
 	}
@@ -328,18 +328,18 @@ func TestMarkRefusals(t *testing.T) {
 	target := filepath.Join(dir, "elsewhere")
 	writeRaw(t, target, "5\n")
 	os.Symlink(target, mark)
-	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
+	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
 		t.Fatalf("append with a symlinked mark: %v", err)
 	}
 	os.Remove(mark)
 	os.Link(target, mark)
-	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
+	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
 		t.Fatalf("append with a hard-linked mark: %v", err)
 	}
 	os.Remove(mark)
 	writeRaw(t, mark, "5\n")
 	os.Chmod(mark, 0o644)
-	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.ModeUnsafe) {
+	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.ModeUnsafe) {
 		t.Fatalf("append with a 0644 mark: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, FileName)); err == nil {
@@ -349,7 +349,7 @@ func TestMarkRefusals(t *testing.T) {
 	}
 	os.Chmod(mark, 0o600)
 	os.Symlink(target, filepath.Join(dir, markTemp))
-	if w, err := Append(state, "check", "k", "p"); err != nil || w.Seq != 6 {
+	if w, err := Append(context.Background(), state, "check", "k", "p"); err != nil || w.Seq != 6 {
 		t.Fatalf("append past a planted temp link: %+v %v", w, err)
 	}
 	if data, _ := os.ReadFile(target); string(data) != "5\n" {

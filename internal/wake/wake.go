@@ -5,12 +5,12 @@
 //	<unix-seconds>\t<queue-seq>\t<kind>\t<key>\t<payload>\n
 //
 // Rules:
-//   - A line is appended under an exclusive flock(2) on the queue file itself
-//     and fsynced before Append returns, so a returned wake survives a crash
-//     and two writers never share a queue-seq. The kernel drops the lock when
-//     a writer dies, so a dead writer never blocks the queue. A writer locks
-//     the file that is at the queue's name once the lock is held (Compact
-//     replaces it by rename).
+//   - A line is appended under the lock of the queue file itself
+//     (fsutil.Lock: a wait that ends with ctx, and a lock that holds only on
+//     the file at the queue's name) and fsynced before Append returns, so a
+//     returned wake survives a crash and two writers never share a queue-seq.
+//     The kernel drops the lock when a writer dies, so a dead writer never
+//     blocks the queue.
 //   - queue-seqs run from 1 to MaxSeq (2^63-1). The next one is one more than
 //     the greater of the high-water mark <state>/.wake-queue.seq (mark.go) and
 //     the last well-formed line's queue-seq: it only grows, even when the
@@ -36,6 +36,7 @@
 package wake
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,6 +48,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // FileName is the queue's name inside the state root ([HOME-4]).
@@ -85,7 +87,7 @@ var flatten = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 // well-formed line's queue-seq; the mark is raised to it before the line is
 // written. A queue that cannot advance is refused with sequence-exhausted and
 // nothing is written.
-func Append(state *os.File, kind, key, payload string) (Wake, error) {
+func Append(ctx context.Context, state *os.File, kind, key, payload string) (Wake, error) {
 	if !kindRe.MatchString(kind) {
 		return Wake{}, errcode.New(errcode.Internal, "wake kind %q must be a lower-case word", kind)
 	}
@@ -93,11 +95,12 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 	if len(key) > MaxField || len(payload) > MaxField {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
-	f, err := openLocked(state, true)
+	l, err := openLocked(ctx, state, true)
 	if err != nil {
 		return Wake{}, err
 	}
-	defer f.Close()
+	defer l.Release()
+	f := l.File()
 	size, err := check(f)
 	if err != nil {
 		return Wake{}, err
@@ -174,79 +177,22 @@ func Exhausted(state *os.File) error {
 	return err
 }
 
-// openLocked opens the queue in state (creating it, 0600, when create is
-// set; else (nil, nil) when it is absent) and takes its lock. The lock is
-// taken on the file that is at the queue's name once it is held: Compact
-// replaces the queue by rename while writers wait for its lock, so a writer
-// that got the lock on a replaced file opens the name again.
-func openLocked(state *os.File, create bool) (*os.File, error) {
-	display := filepath.Join(state.Name(), FileName)
-	for {
-		f, err := openWrite(state, create)
-		if f == nil || err != nil {
-			return nil, err
-		}
-		if err := lock(int(f.Fd())); err != nil {
-			f.Close()
-			return nil, errcode.Wrap(errcode.Internal, err, "lock wake queue %q", display)
-		}
-		var held, named unix.Stat_t
-		err = unix.Fstat(int(f.Fd()), &held)
-		if err == nil {
-			err = unix.Fstatat(int(state.Fd()), FileName, &named, unix.AT_SYMLINK_NOFOLLOW)
-		}
-		switch {
-		case err == nil && held.Dev == named.Dev && held.Ino == named.Ino:
-			return f, nil
-		case err != nil && err != unix.ENOENT:
-			f.Close()
-			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", display)
-		}
-		f.Close() // replaced or removed meanwhile: lock what is there now
-	}
-}
-
-// openWrite opens the queue in state for appending.
-func openWrite(state *os.File, create bool) (*os.File, error) {
-	display := filepath.Join(state.Name(), FileName)
-	// O_NONBLOCK: opening a FIFO or device planted at the name never blocks;
-	// check refuses anything but a regular file before it is used.
-	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	fd, err := unix.Openat(int(state.Fd()), FileName, flags, 0)
-	if err == unix.ENOENT && create {
-		fd, err = unix.Openat(int(state.Fd()), FileName, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
-		if err == nil {
-			// New: make the mode exact whatever the umask, and the name durable.
-			err = unix.Fchmod(fd, 0o600)
-			if err == nil {
-				err = unix.Fsync(int(state.Fd()))
-			}
-			if err != nil {
-				unix.Close(fd)
-				return nil, errcode.Wrap(errcode.Internal, err, "create wake queue %q", display)
-			}
-		} else if err == unix.EEXIST {
-			return openWrite(state, create)
+// openLocked takes the queue's lock in state (fsutil.Lock: a wait that ends
+// with ctx, held only on the file at the queue's name, which Compact replaces
+// by rename while writers wait for it). With create, an absent queue is
+// created 0600; without, an absent queue is (nil, nil).
+func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locked, error) {
+	if !create {
+		var st unix.Stat_t
+		switch err := unix.Fstatat(int(state.Fd()), FileName, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+		case nil:
+		case unix.ENOENT:
+			return nil, nil
+		default:
+			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", filepath.Join(state.Name(), FileName))
 		}
 	}
-	switch {
-	case err == unix.ENOENT:
-		return nil, nil
-	case err == unix.ELOOP:
-		return nil, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
-	case err != nil:
-		return nil, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
-	}
-	return os.NewFile(uintptr(fd), display), nil
-}
-
-func lock(fd int) error {
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX)
-		if err != unix.EINTR {
-			return err
-		}
-	}
+	return fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue"})
 }
 
 // check applies the private-file rule to the open queue and returns its size.

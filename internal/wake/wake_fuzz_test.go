@@ -1,6 +1,7 @@
 package wake_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -52,7 +53,7 @@ func FuzzAppend(f *testing.F) {
 				last = p.Seq
 			}
 		}
-		w, err := wake.Append(state, "check", key, payload)
+		w, err := wake.Append(context.Background(), state, "check", key, payload)
 		if last == wake.MaxSeq {
 			if !errcode.Is(err, errcode.SequenceExhausted) {
 				t.Fatalf("append after queue-seq %d: %+v %v", last, w, err)

@@ -32,7 +32,7 @@ func TestAppendConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 40 {
 		wg.Go(func() {
-			if _, err := Append(state, "check", "k\t"+string(rune('a'+i%26)), "line one\nline\ttwo"); err != nil {
+			if _, err := Append(context.Background(), state, "check", "k\t"+string(rune('a'+i%26)), "line one\nline\ttwo"); err != nil {
 				t.Error(err)
 			}
 		})
@@ -60,7 +60,7 @@ func TestAppendConcurrent(t *testing.T) {
 // terminated by the next append, which continues the sequence.
 func TestTornTail(t *testing.T) {
 	dir, state := stateDir(t)
-	if _, err := Append(state, "check", "a", "one"); err != nil {
+	if _, err := Append(context.Background(), state, "check", "a", "one"); err != nil {
 		t.Fatal(err)
 	}
 	q, err := os.OpenFile(filepath.Join(dir, FileName), os.O_WRONLY|os.O_APPEND, 0)
@@ -72,7 +72,7 @@ func TestTornTail(t *testing.T) {
 	if ws, _ := List(dir, 0); len(ws) != 1 {
 		t.Fatalf("a torn line was listed: %+v", ws)
 	}
-	w, err := Append(state, "check", "b", "two")
+	w, err := Append(context.Background(), state, "check", "b", "two")
 	if err != nil || w.Seq != 2 {
 		t.Fatalf("append after a torn tail: %+v %v", w, err)
 	}
@@ -85,16 +85,16 @@ func TestTornTail(t *testing.T) {
 // or an oversized field is refused before anything is written.
 func TestRefusals(t *testing.T) {
 	dir, state := stateDir(t)
-	if _, err := Append(state, "Check!", "k", "p"); err == nil {
+	if _, err := Append(context.Background(), state, "Check!", "k", "p"); err == nil {
 		t.Fatal("a bad kind was accepted")
 	}
-	if _, err := Append(state, "check", strings.Repeat("k", MaxField+1), "p"); err == nil {
+	if _, err := Append(context.Background(), state, "check", strings.Repeat("k", MaxField+1), "p"); err == nil {
 		t.Fatal("an oversized key was accepted")
 	}
 	target := filepath.Join(dir, "elsewhere")
 	os.WriteFile(target, nil, 0o600)
 	os.Symlink(target, filepath.Join(dir, FileName))
-	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
+	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.LinkUnsafe) {
 		t.Fatalf("append through a symlink: %v", err)
 	}
 	if _, err := List(dir, 0); !errcode.Is(err, errcode.LinkUnsafe) {
@@ -103,7 +103,7 @@ func TestRefusals(t *testing.T) {
 	os.Remove(filepath.Join(dir, FileName))
 	os.WriteFile(filepath.Join(dir, FileName), nil, 0o644)
 	os.Chmod(filepath.Join(dir, FileName), 0o644)
-	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.ModeUnsafe) {
+	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.ModeUnsafe) {
 		t.Fatalf("append to a 0644 queue: %v", err)
 	}
 	if data, _ := os.ReadFile(target); len(data) != 0 {
@@ -120,7 +120,7 @@ func TestWatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Watch(ctx, dir, 1, func(w Wake) error { got <- w; return nil }) }()
 	for _, k := range []string{"a", "b", "c"} {
-		if _, err := Append(state, "check", k, "p"); err != nil {
+		if _, err := Append(context.Background(), state, "check", k, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +160,7 @@ func TestFIFOQueueNeverBlocks(t *testing.T) {
 		if err := Watch(ctx, dir, 0, func(Wake) error { return nil }); !errcode.Is(err, errcode.PathUnsafe) {
 			t.Errorf("Watch of a FIFO queue: %v", err)
 		}
-		if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.PathUnsafe) {
+		if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.PathUnsafe) {
 			t.Errorf("Append to a FIFO queue: %v", err)
 		}
 	}()

@@ -1,0 +1,444 @@
+package fsutil
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Locks. Every lock of fm (the lifecycle lock, serve's lock, a source's claim
+// and stop request, the wake queue) is taken here and nowhere else; this is
+// the only file that calls flock(2). The rule, stated once:
+//
+// A lock is an flock(2) on the regular file at a name inside a pinned
+// directory handle, and it is held only while the locked descriptor is the
+// file at that name and no other process holds a lock on a removed file
+// that had that name.
+//
+//   - The file is opened relative to the directory descriptor with
+//     O_NOFOLLOW|O_CLOEXEC (a package process never inherits it), created
+//     when absent with mode exactly 0600 (the directory is then fsynced), and
+//     must be a regular file owned by the effective uid with mode 0600.
+//   - The flock is tried without blocking (LOCK_NB) with a back-off up to
+//     lockPollMax, so every wait ends when its context does; a Try lock
+//     returns ErrLocked when another holds it for longer than tryFor. The kernel
+//     drops a dead holder's lock: a waiter never guesses whether a holder is
+//     alive and never steals from a live one.
+//   - Once flock succeeds, identity is proved: fstat of the descriptor and
+//     fstatat(dir, name, AT_SYMLINK_NOFOLLOW) must give the same device and
+//     inode. A file removed or replaced at the name between open and flock
+//     (by fm itself, such as a retire removing a claim or a compaction
+//     replacing the wake queue, or by anyone else) is dropped and the current
+//     file tried again, at most maxLockSwaps times in all.
+//   - Orphans: a holder keeps its lock when someone removes or replaces the
+//     file at the name, and a later contender would create or find another
+//     inode there and lock it alongside. So a contender that has proved its
+//     identity then reads the holders of flock(2) locks in /proc/locks and
+//     looks, through /proc/<pid>/fd, for a locked descriptor that names
+//     "<dir>/<name> (deleted)": such an orphaned holder counts as holding
+//     the lock, and the contender drops its own and waits (or, with Try,
+//     returns ErrLocked). Only holders of the same effective uid can be seen
+//     this way, and every lock file is owned by that uid; the holder must be
+//     the process that took the lock, which for fm's close-on-exec
+//     descriptors it always is. A directory moved away with its lock file
+//     inside is not a removal at the name: the pinned handles of package
+//     procevent and home refuse a moved directory before they write.
+//
+// The lock is held for as long as the Locked value lives; Release drops it.
+type Locked struct{ f *os.File }
+
+// own is the set of locks this process holds, so that the orphan look-up
+// checks them in memory rather than through every descriptor of
+// /proc/self/fd (serve holds a claim and pipes for each running poll).
+var own struct {
+	sync.Mutex
+	held map[*Locked]bool
+}
+
+// LockOptions select how a lock is taken. Every lock is exclusive: no caller
+// needs a shared one (Probe and Held only look).
+type LockOptions struct {
+	// Try does not wait for a holder: ErrLocked when another holds the lock
+	// for longer than tryFor.
+	Try bool
+	// What names the file in errors ("lifecycle lock", "wake queue").
+	What string
+}
+
+// ErrLocked is returned by a Try lock that another process holds.
+var ErrLocked = errors.New("lock held by another process")
+
+// ErrInterrupted is wrapped, with the context's cause, in the process-failed
+// error of Lock when its context ends before the lock could be taken;
+// nothing is held then.
+var ErrInterrupted = errors.New("interrupted while waiting for a lock")
+
+const (
+	// lockPollMax caps the back-off between two attempts at a held lock.
+	lockPollMax = 50 * time.Millisecond
+	// maxLockSwaps bounds the attempts of one Lock whose file was replaced at
+	// its name between open and flock.
+	maxLockSwaps = 100
+	// tryFor is how long a Try lock keeps trying before it reports
+	// ErrLocked: long enough to outlast a momentary holder (a contender
+	// that locked a file just removed, or the shared lock of a Probe where
+	// /proc/locks cannot answer), so that neither makes a Try fail, and
+	// short enough that a live holder is reported at once.
+	tryFor = 50 * time.Millisecond
+)
+
+// Lock takes the lock on the file name in the directory dir (see the rule
+// above) and returns it held. It waits, with back-off, until the lock is free
+// or ctx ends (process-failed, wrapping ErrInterrupted); with o.Try it
+// returns ErrLocked once the lock has stayed held for tryFor.
+func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locked, error) {
+	path := filepath.Join(dir.Name(), name)
+	swaps, start := 0, time.Now()
+	for delay := time.Millisecond; ; {
+		f, err := openLock(dir, name, path, o.What)
+		if err != nil {
+			return nil, err
+		}
+		held, err := flock(f, unix.LOCK_EX)
+		if err == nil && held {
+			var same bool
+			if same, err = sameFile(dir, name, f); err == nil && !same {
+				f.Close()
+				if swaps++; swaps >= maxLockSwaps {
+					return nil, errcode.New(errcode.PathUnsafe, "%s %q was replaced %d times while fm was locking it; stop whatever keeps replacing it", what(o), path, swaps)
+				}
+				continue // removed or replaced since it was opened: lock the current file
+			}
+			if err == nil {
+				var orphan bool
+				if orphan, err = orphaned(dir, name); err == nil && !orphan {
+					l := &Locked{f: f}
+					own.Lock()
+					if own.held == nil {
+						own.held = map[*Locked]bool{}
+					}
+					own.held[l] = true
+					own.Unlock()
+					return l, nil
+				}
+			}
+		}
+		f.Close()
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Try && time.Since(start) >= tryFor:
+			return nil, ErrLocked
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errcode.Wrap(errcode.ProcessFailed, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), "waiting for the %s %q, which another process holds", what(o), path)
+		case <-t.C:
+		}
+		delay = min(2*delay, lockPollMax)
+	}
+}
+
+// Probe reports whether a process holds the lock on the file now at name
+// in dir, cheaply: it tries a shared lock without waiting and drops it at
+// once. It creates nothing; an absent file is not held. For that instant a
+// concurrent Lock finds the file busy, so Probe is only for a file that is
+// never taken with Try (a retire's stop request, which its runner probes
+// every 100 ms); it does not look for orphaned holders. Use Held elsewhere.
+func Probe(dir *os.File, name string, o LockOptions) (bool, error) {
+	f, _, err := openProbe(dir, name, o)
+	if f == nil || err != nil {
+		return false, err
+	}
+	defer f.Close()
+	free, err := flock(f, unix.LOCK_SH)
+	return !free, err
+}
+
+// Held reports whether Lock would find the lock name of dir held: a process
+// holds the file now at name, or an orphaned holder a removed file of that
+// name (see the rule above). It reads /proc/locks for an exclusive flock(2)
+// on the file's device and inode, so it never takes the lock, even for an
+// instant, and fm doctor can never make a starting serve or runner fail.
+// Where /proc/locks is unreadable, or names the inode on another device
+// number only (an overlay file system may report two), it falls back to
+// Probe's shared lock. It creates nothing; an absent file is not held
+// unless by an orphaned holder.
+func Held(dir *os.File, name string, o LockOptions) (bool, error) {
+	f, st, err := openProbe(dir, name, o)
+	if err != nil {
+		return false, err
+	}
+	if f != nil {
+		defer f.Close()
+		locks, ok := readFlocks()
+		ambiguous := !ok
+		for _, l := range locks {
+			if l.ino == st.Ino && l.write {
+				if l.dev == devString(st.Dev) {
+					return true, nil
+				}
+				ambiguous = true
+			}
+		}
+		if ambiguous {
+			if free, err := flock(f, unix.LOCK_SH); !free || err != nil {
+				return !free, err
+			}
+		}
+	}
+	return orphaned(dir, name)
+}
+
+// openProbe opens the existing file name of dir read-only for Probe and
+// Held, without following a link; a nil file means it is absent.
+func openProbe(dir *os.File, name string, o LockOptions) (*os.File, *unix.Stat_t, error) {
+	path := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch err {
+	case nil:
+	case unix.ENOENT:
+		return nil, nil, nil
+	case unix.ELOOP:
+		return nil, nil, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
+	default:
+		return nil, nil, errcode.Wrap(errcode.Internal, err, "open %s %q", what(o), path)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
+	}
+	return os.NewFile(uintptr(fd), path), &st, nil
+}
+
+// File is the locked file, for a lock file that also holds data (the wake
+// queue). It is open read-write with O_APPEND.
+func (l *Locked) File() *os.File { return l.f }
+
+// Release drops the lock. It may be called more than once, and on nil.
+func (l *Locked) Release() {
+	if l == nil {
+		return
+	}
+	own.Lock()
+	defer own.Unlock()
+	delete(own.held, l)
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+func what(o LockOptions) string {
+	if o.What == "" {
+		return "lock file"
+	}
+	return o.What
+}
+
+// openLock opens, creating when absent, the lock file name of dir and checks
+// it: a regular file owned by the effective uid with mode 0600. O_NONBLOCK
+// keeps a FIFO planted at the name from blocking the open; the check refuses
+// it.
+func openLock(dir *os.File, name, path, noun string) (*os.File, error) {
+	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	o := LockOptions{What: noun}
+	for {
+		fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err == nil {
+			// New: make the mode exact whatever the umask, and the name durable.
+			if err = unix.Fchmod(fd, 0o600); err == nil {
+				err = unix.Fsync(int(dir.Fd()))
+			}
+			if err != nil {
+				unix.Close(fd)
+				return nil, errcode.Wrap(errcode.Internal, err, "create %s %q", what(o), path)
+			}
+			return os.NewFile(uintptr(fd), path), nil
+		}
+		if err == unix.EEXIST {
+			fd, err = unix.Openat(int(dir.Fd()), name, flags, 0)
+			if err == unix.ENOENT {
+				continue // removed between the two opens
+			}
+		}
+		switch {
+		case err == unix.ELOOP:
+			return nil, errcode.New(errcode.LinkUnsafe, "%s %q is a symlink; remove it", what(o), path)
+		case err != nil:
+			return nil, errcode.Wrap(errcode.Internal, err, "open %s %q", what(o), path)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, errcode.Wrap(errcode.Internal, err, "stat %s %q", what(o), path)
+		}
+		var bad error
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
+			bad = errcode.New(errcode.PathUnsafe, "%s %q is not a regular file; move it aside", what(o), path)
+		case int(st.Uid) != os.Geteuid():
+			bad = errcode.New(errcode.OwnerMismatch, "%s %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", what(o), path, st.Uid, os.Geteuid())
+		case st.Mode&0o7777 != 0o600:
+			bad = errcode.New(errcode.ModeUnsafe, "%s %q has mode %04o; it must be 0600 (chmod 600)", what(o), path, st.Mode&0o7777)
+		}
+		if bad != nil {
+			unix.Close(fd)
+			return nil, bad
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
+}
+
+// flock takes how on f without waiting; false means another open file holds
+// a conflicting lock.
+func flock(f *os.File, how int) (bool, error) {
+	for {
+		switch err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err {
+		case nil:
+			return true, nil
+		case unix.EWOULDBLOCK:
+			return false, nil
+		case unix.EINTR:
+		default:
+			return false, errcode.Wrap(errcode.Internal, err, "lock %q", f.Name())
+		}
+	}
+}
+
+// sameFile reports whether the open file f is still the entry name of dir
+// (same device and inode; not removed or replaced since it was opened).
+func sameFile(dir *os.File, name string, f *os.File) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &b); err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "stat %q", f.Name())
+	}
+	switch err := unix.Fstatat(int(dir.Fd()), name, &a, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		return a.Dev == b.Dev && a.Ino == b.Ino, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return false, errcode.Wrap(errcode.Internal, err, "stat %q", f.Name())
+	}
+}
+
+// orphaned reports whether a process holds an flock(2) lock on a removed
+// file that was the entry name of dir (see Orphans in the rule above): one of
+// its descriptors names "<dir>/<name> (deleted)" and is an inode that
+// /proc/locks lists as flocked by it. The device is not compared: on an
+// overlay file system /proc/locks and stat(2) may disagree on it, and the
+// name already places the file. A system without /proc/locks has no orphans
+// to find.
+func orphaned(dir *os.File, name string) (bool, error) {
+	locks, ok := readFlocks()
+	if !ok {
+		return false, nil
+	}
+	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
+	for _, l := range locks {
+		if inos[l.pid] == nil {
+			inos[l.pid] = map[uint64]bool{}
+		}
+		inos[l.pid][l.ino] = true
+	}
+	if len(inos) == 0 {
+		return false, nil
+	}
+	dirPath, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
+	if err != nil {
+		return false, errcode.Wrap(errcode.Internal, err, "resolve directory %q", dir.Name())
+	}
+	want := filepath.Join(dirPath, name) + " (deleted)"
+	self := strconv.Itoa(os.Getpid())
+	if inos[self] != nil && ownOrphan(want) {
+		return true, nil
+	}
+	for pid, locked := range inos {
+		if pid == self {
+			continue
+		}
+		fds, err := os.ReadDir("/proc/" + pid + "/fd")
+		if err != nil {
+			continue // gone, or another user's process: it cannot hold our lock files
+		}
+		for _, e := range fds {
+			fd := "/proc/" + pid + "/fd/" + e.Name()
+			if t, err := os.Readlink(fd); err != nil || t != want {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat(fd, &st) == nil && locked[st.Ino] {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// ownOrphan reports whether one of this process's own held locks is on the
+// removed file want names.
+func ownOrphan(want string) bool {
+	own.Lock()
+	defer own.Unlock()
+	for l := range own.held {
+		if t, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(l.f.Fd()))); err == nil && t == want {
+			return true
+		}
+	}
+	return false
+}
+
+// flockEntry is one held flock(2) lock of /proc/locks.
+type flockEntry struct {
+	pid   string
+	dev   string // "<major>:<minor>" as /proc/locks prints it
+	ino   uint64
+	write bool // exclusive
+}
+
+// readFlocks lists the held flock(2) locks of /proc/locks; false when it
+// cannot be read. A holder's line is
+// "<n>: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF"; a waiter's has
+// "->" after the number and is skipped.
+func readFlocks() ([]flockEntry, bool) {
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return nil, false
+	}
+	var out []flockEntry
+	for line := range bytes.Lines(data) {
+		f := bytes.Fields(line)
+		if len(f) < 6 || string(f[1]) != "FLOCK" {
+			continue
+		}
+		i := bytes.LastIndexByte(f[5], ':')
+		if i < 0 {
+			continue
+		}
+		ino, err := strconv.ParseUint(string(f[5][i+1:]), 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, flockEntry{pid: string(f[4]), dev: string(f[5][:i]), ino: ino, write: string(f[3]) == "WRITE"})
+	}
+	return out, true
+}
+
+// devString prints a device number as /proc/locks does.
+func devString(dev uint64) string {
+	return fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
+}
