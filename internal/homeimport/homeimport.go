@@ -64,7 +64,6 @@ package homeimport
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -428,25 +427,16 @@ func (p *plan) scanState() error {
 	return nil
 }
 
-// highestWake is the highest queue-seq of a complete line of the queue.
+// highestWake is the highest queue-seq of the queue: that of its last
+// well-formed line (wake.LastSeq reads only the tail, so fm doctor's look at
+// a home with a long history stays cheap).
 func highestWake(queue string) (int64, error) {
 	f, err := os.Open(queue)
 	if err != nil {
 		return 0, errcode.Wrap(errcode.Internal, err, "read %s", queue)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return 0, errcode.Wrap(errcode.Internal, err, "read %s", queue)
-	}
-	var high int64
-	lines := strings.Split(string(data), "\n")
-	for _, l := range lines[:len(lines)-1] { // the last is empty or torn
-		if w, ok := wake.Parse(l); ok {
-			high = max(high, w.Seq)
-		}
-	}
-	return high, nil
+	return wake.LastSeq(f)
 }
 
 // wakeMark plans the high-water mark (wake.MarkName) in the state root s: at

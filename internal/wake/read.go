@@ -211,6 +211,20 @@ func backwardsBy(f *os.File, size, block int64, fn func(Wake) bool) (torn bool, 
 
 // lastSeq finds the queue-seq of the last well-formed line of f (of size
 // size; 0 when there is none) and whether f ends in a torn line.
+// LastSeq is the queue-seq of the last well-formed line of the open queue
+// file f (0 for none), read backwards from its end: the highest queue-seq of
+// a queue, which only appends growing queue-seqs. It applies no file rule:
+// `fm home import` reads the earlier implementation's queue with it before
+// it makes that file private.
+func LastSeq(f *os.File) (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", f.Name())
+	}
+	seq, _, err := lastSeq(f, st.Size())
+	return seq, err
+}
+
 func lastSeq(f *os.File, size int64) (seq int64, torn bool, err error) {
 	torn, err = backwards(f, size, func(w Wake) bool {
 		seq = w.Seq
