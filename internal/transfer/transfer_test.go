@@ -431,6 +431,21 @@ func TestReceiveRefusals(t *testing.T) {
 			addFile(env, "bin/x\ny", []byte("x"))
 			return seal(t, env)
 		}, errcode.PathUnsafe},
+		// [PKG-2] a work tree in the envelope: bind and pack-transfer refuse
+		// it, so the receiver does too, before it writes anything.
+		{".git directory at the root", func(t *testing.T, env *Envelope) []byte {
+			add(env, Entry{Path: ".git", Type: TypeDirectory, Mode: ModeDirectory}, nil)
+			addFile(env, ".git/config", []byte("[core]\n\tfsmonitor = /bin/sh -c id\n"))
+			return seal(t, env)
+		}, errcode.PathUnsafe},
+		{".git file in a subdirectory", func(t *testing.T, env *Envelope) []byte {
+			addFile(env, "bin/.git", []byte("gitdir: /elsewhere\n"))
+			return seal(t, env)
+		}, errcode.PathUnsafe},
+		{"group-writable file", func(t *testing.T, env *Envelope) []byte {
+			env.Manifest.Entries[index(env, entrypoint)].Mode = 0o775
+			return seal(t, env)
+		}, errcode.ModeUnsafe},
 		{"symlink type", func(t *testing.T, env *Envelope) []byte {
 			add(env, Entry{Path: "link", Type: "symlink", Mode: ModeFile}, nil)
 			return seal(t, env)
