@@ -109,7 +109,9 @@ func WriteTemp(dir string, data []byte, mode os.FileMode) (string, error) {
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "create %q", tmp)
 	}
-	if err := f.Chmod(mode); err == nil {
+	// One err for the whole sequence: a failed chmod, write (ENOSPC) or
+	// fsync must never publish a short or undurable file.
+	if err = f.Chmod(mode); err == nil {
 		if _, err = f.Write(data); err == nil {
 			err = f.Sync()
 		}

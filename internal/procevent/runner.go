@@ -204,8 +204,8 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 
 // poll runs one poll of r. It returns the bytes to capture (nil for no
 // result), whether they are failure evidence, and the extension binding that
-// answered. A built-in failure and any interrupted poll are errors: nothing is
-// captured for them.
+// answered. A built-in failure, any interrupted poll and a host fault
+// (host-resource) are errors: nothing is captured for them.
 func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) ([]byte, bool, *binding.Binding, error) {
 	var (
 		out []byte
@@ -228,6 +228,10 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) ([]byte, bo
 		return nil, false, nil, stopped(r.SourceID)
 	case ctx.Err() != nil:
 		return nil, false, nil, errcode.New(errcode.ProcessFailed, "the poll of %q was interrupted; nothing was captured (the next poll repeats its request id)", r.SourceID)
+	case errcode.Is(err, errcode.HostResource):
+		// The host ran out of a resource: not the package's failure, so no
+		// evidence; the next poll repeats the request id [OP-3].
+		return nil, false, nil, err
 	case r.External():
 		return evidenceFor(err, r.ExtensionID), true, nil, nil
 	}

@@ -131,7 +131,8 @@ func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID, request
 // adapter and polls once with requestID (random when empty). It returns the
 // output, or nil for no result, or the failure evidence document ([OP-3]):
 // any failure of the poll, including an unresolvable binding, becomes
-// evidence.
+// evidence, except a host fault (host-resource), which is the host's and is
+// returned as an error.
 //
 // When in.SourceID names a registered source, the direct poll is a poll of
 // that source [RUN-4]: it takes the source's claim without waiting, exactly
@@ -147,10 +148,16 @@ func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInp
 	}
 	defer release()
 	b, err := host.Resolve(h, adapter)
+	if errcode.Is(err, errcode.HostResource) {
+		return nil, nil, err // the host's fault, not evidence [OP-3]
+	}
 	if err != nil {
 		return nil, evidenceFor(err, ""), nil
 	}
 	out, err := pollExtension(ctx, h, b, adapter, in, requestID)
+	if errcode.Is(err, errcode.HostResource) {
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, evidenceFor(err, b.ExtensionID), nil
 	}
