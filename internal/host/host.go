@@ -98,6 +98,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		}
 		defer lock.Release()
 	}
+	sweepTemps(h)
 	existing, err := binding.Load(h)
 	if err != nil {
 		return nil, err
@@ -615,6 +616,7 @@ func RetireBinding(ctx context.Context, h *home.Home, id, digest string, preflig
 		return "", err
 	}
 	defer lock.Release()
+	sweepTemps(h)
 	bs, err := binding.Load(h)
 	if err != nil {
 		return "", err

@@ -182,6 +182,9 @@ func Sweep(h *home.Home, preflight bool) (int, error) {
 			}
 		}
 	}
+	if _, err := sweepTemps(h); err != nil {
+		failed = append(failed, err.Error())
+	}
 	if _, err := cleanupDead(h); err != nil {
 		failed = append(failed, err.Error())
 	} else if live, err := launch.List(h.Invocations()); err != nil || len(live) > 0 {

@@ -206,8 +206,9 @@ func (s *supervisor) recovered() {
 	}
 }
 
-// maintain resolves dead runners' groups and re-announces; failures are
-// logged and retried at the next maintenance.
+// maintain resolves dead runners' groups, removes the temps of killed
+// writers (temps.go) and re-announces; failures are logged and retried at
+// the next maintenance.
 func (s *supervisor) maintain(d *dirs) {
 	n, err := cleanupDead(s.h)
 	if n > 0 {
@@ -215,6 +216,9 @@ func (s *supervisor) maintain(d *dirs) {
 	}
 	if err != nil {
 		s.failed("cleanup", err)
+	}
+	if _, err := sweepTemps(s.h); err != nil {
+		s.failed("sweep temps", err)
 	}
 	if n, err := d.reannounce(s.o.Reannounce); err != nil {
 		s.failed("re-announce", err)
@@ -294,7 +298,8 @@ type Report struct {
 }
 
 // Reconcile runs one supervision cycle and returns ([RUN-2]): resolve the
-// groups dead runners left, re-announce unhandled results, then poll every
+// groups dead runners left, remove the temps of killed writers (temps.go),
+// re-announce unhandled results, then poll every
 // registered source once, concurrently (a source whose claim is held reports
 // AlreadyOwned). A home with no registry has nothing to do and gets nothing
 // created. A failure of one source does not stop the others.
@@ -314,6 +319,9 @@ func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, erro
 	// A group that stays unproven here refuses only its own source's poll
 	// (Start checks again), so its error is reported there, per source.
 	rep.Cleaned, _ = cleanupDead(h)
+	if _, err := sweepTemps(h); err != nil {
+		return nil, err
+	}
 	if rep.Reannounced, err = d.reannounce(o.Reannounce); err != nil {
 		return nil, err
 	}
