@@ -17,6 +17,9 @@ func TempDirs(h *home.Home) []string {
 	dirs := []string{filepath.Dir(h.Bindings())}
 	ids, _ := os.ReadDir(h.Packages())
 	for _, id := range ids {
+		if !id.IsDir() { // not a symlink: a sweep never leaves the store
+			continue
+		}
 		versions, _ := os.ReadDir(filepath.Join(h.Packages(), id.Name()))
 		for _, v := range versions {
 			if v.IsDir() {

@@ -69,7 +69,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -490,7 +489,7 @@ func checkPath(p string) error {
 		return errcode.New(errcode.PathUnsafe, "transfer entry path %q is absolute", shown)
 	}
 	for _, c := range strings.Split(p, "/") {
-		if err := pkgtree.CheckName("transfer entry path "+strconv.Quote(shown), shown, c); err != nil {
+		if err := pkgtree.CheckName("transfer entry path", shown, c); err != nil {
 			return err
 		}
 	}
