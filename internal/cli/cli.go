@@ -25,10 +25,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
@@ -37,10 +35,12 @@ import (
 // Version is fm's version, printed by `fm version`.
 var Version = "0.1.0"
 
-// Env is what a verb gets: its streams, a context cancelled on SIGTERM or
-// SIGINT, and the lazily resolved home.
+// Env is what a verb gets: its streams, a context cancelled on SIGTERM,
+// SIGINT or SIGHUP (and, for a streaming verb, when its stdout is closed:
+// signals.go), and the lazily resolved home.
 type Env struct {
 	Ctx    context.Context
+	cancel context.CancelCauseFunc
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
@@ -128,9 +128,9 @@ func init() {
 // Main runs fm with args (without the program name) and returns the exit
 // status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, cancel, stop := signalContext()
 	defer stop()
-	e := &Env{Ctx: ctx, Stdin: stdin, Stdout: stdout, Stderr: stderr, ttyOut: isTerminal(stdout), ttyErr: isTerminal(stderr)}
+	e := &Env{Ctx: ctx, cancel: cancel, Stdin: stdin, Stdout: stdout, Stderr: stderr, ttyOut: isTerminal(stdout), ttyErr: isTerminal(stderr)}
 	if len(args) == 0 {
 		return usageErr(stderr, errors.New("missing command"), mainUsage())
 	}
@@ -189,9 +189,15 @@ func runVerb(e *Env, g *group, v *Verb, args []string) int {
 	var buf bytes.Buffer
 	if !v.Stream {
 		e.Stdout = &buf
+	} else if e.cancel != nil {
+		e.Stdout = &stdoutGuard{w: out, cancel: e.cancel}
+		defer watchReader(out, e.cancel)()
 	}
 	err = v.Run(e, pos)
 	e.Stdout = out
+	if errors.Is(context.Cause(e.Ctx), errStdoutClosed) {
+		return 0 // the reader went away; the verb stopped as on TERM
+	}
 	var exit *ExitError
 	switch {
 	case err == nil:

@@ -12,6 +12,7 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/homeimport"
 	"firstmate.dev/fm/internal/host"
@@ -130,9 +131,35 @@ func (d *doctor) run(e *Env) {
 		}
 	}
 	d.checkInvocations()
+	d.checkTemps()
 	d.checkSources(bs, err == nil)
 	d.checkWakes()
 	d.checkRoutes()
+}
+
+// checkTemps reports, only when there are any, the temps killed writers
+// left (fsutil.SweepTemps): in the lifecycle-locked directories every temp
+// (only a running bind has one, and it is gone when the bind ends), in the
+// state directories those whose writer has provably exited.
+func (d *doctor) checkTemps() {
+	var found []string
+	for _, set := range []struct {
+		dirs   []string
+		locked bool
+	}{{host.TempDirs(d.h), true}, {procevent.StateTempDirs(d.h), false}} {
+		for _, dir := range set.dirs {
+			temps, err := fsutil.DeadTemps(dir, set.locked)
+			if err != nil {
+				d.fail("temps", err, "")
+				return
+			}
+			found = append(found, temps...)
+		}
+	}
+	if len(found) > 0 {
+		d.warn("temps", "the next bind, retire-binding or receive-transfer-bind removes those under config/ and data/, fm procevent reconcile (or a running serve, or sweep-home) those under state/",
+			"%d temp file(s) or directories left by killed writers, first %s", len(found), found[0])
+	}
 }
 
 func (d *doctor) checkHome() {

@@ -25,14 +25,17 @@ type bindFlags struct {
 	adapters stringList
 	trust    bool
 	consents stringList
-	timeout  string
+	timeout  *string // nil when --timeout-ms was not given: "" is a value, and malformed
 }
 
 func (f *bindFlags) declare(fs *flag.FlagSet) {
 	fs.Var(&f.adapters, "adapter", "an adapter name to enable (repeatable; at least one)")
 	fs.BoolVar(&f.trust, "trust-same-user-code", false, "confirm that the package is trusted to run as you (required)")
 	fs.Var(&f.consents, "consent", "a consent fact the package requires: "+strings.Join(manifest.Consents, ", ")+" (repeatable)")
-	fs.StringVar(&f.timeout, "timeout-ms", "", "invoke timeout in milliseconds, 100..3600000 (default 300000)")
+	fs.Func("timeout-ms", "invoke timeout in milliseconds, 100..3600000 (default 300000)", func(v string) error {
+		f.timeout = &v
+		return nil
+	})
 }
 
 // options checks the flags and returns host options for dir.
@@ -52,10 +55,10 @@ func (f *bindFlags) options(dir string) (host.BindOptions, error) {
 		}
 		opts.Adapters = append(opts.Adapters, a)
 	}
-	if f.timeout != "" {
-		n, err := strconv.ParseInt(f.timeout, 10, 64)
-		if err != nil || strings.TrimLeft(f.timeout, "0123456789") != "" || n < binding.MinTimeoutMS || n > binding.MaxTimeoutMS {
-			return opts, errcode.New(errcode.Usage, "--timeout-ms %q must be a decimal integer 100..3600000", f.timeout)
+	if f.timeout != nil {
+		n, err := strconv.ParseInt(*f.timeout, 10, 64)
+		if err != nil || strings.TrimLeft(*f.timeout, "0123456789") != "" || n < binding.MinTimeoutMS || n > binding.MaxTimeoutMS {
+			return opts, errcode.New(errcode.Usage, "--timeout-ms %q must be a decimal integer 100..3600000", *f.timeout)
 		}
 		opts.TimeoutMS = n
 	}
@@ -75,8 +78,8 @@ func (f *bindFlags) args() []string {
 	for _, c := range f.consents {
 		out = append(out, "--consent", c)
 	}
-	if f.timeout != "" {
-		out = append(out, "--timeout-ms", f.timeout)
+	if f.timeout != nil {
+		out = append(out, "--timeout-ms", *f.timeout)
 	}
 	return out
 }

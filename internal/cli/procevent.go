@@ -161,6 +161,7 @@ func init() {
 			}
 			o := so.o
 			o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
+			o.Warn = func(line string) { fmt.Fprintln(e.Stderr, line) }
 			// This process starts children only through package launch.
 			o.ReapOrphans = true
 			// A supervisor lives for months holding a thousand idle polls:

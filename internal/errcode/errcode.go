@@ -126,18 +126,27 @@ func New(code Code, format string, args ...any) *Error {
 }
 
 // Wrap returns an Error with a formatted message that keeps err as its cause.
-// The cause's text is appended after ": ".
+// The cause's text is appended after ": ". A cause that is the host's own
+// resource exhaustion (HostFault) makes the code HostResource, whatever code
+// was asked for (hostfault.go).
 func Wrap(code Code, err error, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
 	if err != nil {
 		msg += ": " + err.Error()
 	}
+	if HostFault(err) {
+		code = HostResource
+	}
 	return &Error{Code: code, Msg: msg, Err: err}
 }
 
-// Of returns the code of the outermost coded error in err's chain, or
-// Internal when there is none.
+// Of returns HostResource when err's chain holds the host's own resource
+// exhaustion (HostFault), else the code of the outermost coded error in the
+// chain, or Internal when there is none.
 func Of(err error) Code {
+	if HostFault(err) {
+		return HostResource
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code

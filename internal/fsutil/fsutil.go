@@ -12,8 +12,6 @@
 package fsutil
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -102,16 +100,17 @@ func OpenNoFollow(path string) (*os.File, error) {
 }
 
 // WriteTemp writes data to a new temp file in dir with mode, fsynced, and
-// returns its path.
+// returns its path. Its name is a TempName, so a temp that a killed writer
+// leaves can be swept (temp.go).
 func WriteTemp(dir string, data []byte, mode os.FileMode) (string, error) {
-	var rnd [12]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, ".tmp-"+hex.EncodeToString(rnd[:]))
+	tmp := filepath.Join(dir, TempName())
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "create %q", tmp)
 	}
-	if err := f.Chmod(mode); err == nil {
+	// One err for the whole sequence: a failed chmod, write (ENOSPC) or
+	// fsync must never publish a short or undurable file.
+	if err = f.Chmod(mode); err == nil {
 		if _, err = f.Write(data); err == nil {
 			err = f.Sync()
 		}

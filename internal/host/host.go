@@ -101,6 +101,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		}
 		defer lock.Release()
 	}
+	sweepTemps(h)
 	existing, err := binding.Load(h)
 	if err != nil {
 		return nil, err
@@ -647,6 +648,7 @@ func RetireBinding(ctx context.Context, h *home.Home, id, digest string, preflig
 		return "", err
 	}
 	defer lock.Release()
+	sweepTemps(h)
 	bs, err := binding.LoadForRetire(h, id)
 	if err != nil {
 		return "", err

@@ -477,7 +477,7 @@ func start(s Spec) (*invocation, error) {
 	closeAll(child[:])
 	if err != nil {
 		closeAll(host[:])
-		return nil, errcode.Wrap(errcode.ProcessFailed, err, "start the launch barrier for %s", s.what())
+		return nil, errcode.Wrap(errcode.ProcessFailed, errcode.Spawn(err), "start the launch barrier for %s", s.what())
 	}
 	if pidfd < 0 {
 		// No CLONE_PIDFD (Linux before 5.2). The unreaped child still pins
@@ -740,6 +740,11 @@ type exitState struct {
 // the leader, and every live or zombie descendant of a dead leader descends
 // from a child of this subreaper that is not such a leader, or a process of
 // the same session that joined the group on purpose; the probe after the
+// hostFaultWait is how long stop retries a sweep that failed for a host
+// fault (errcode.HostFault: out of descriptors or memory) before it keeps
+// the record as unproven.
+const hostFaultWait = 30 * time.Second
+
 // reap still sees that one, and the scan below handles it.
 func (inv *invocation) stop(terminate bool) (exitState, error) {
 	g := &inv.g
@@ -778,6 +783,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		// the scan below sees its number pinned by those members.
 		reaped = true
 	}
+	faultUntil := time.Now().Add(hostFaultWait)
 	killed := false
 	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
 		if reaped && g.empty() {
@@ -785,7 +791,18 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		}
 		live, swept, err := g.sweep()
 		if err != nil {
-			return fail(err)
+			if !errcode.HostFault(err) || time.Now().After(faultUntil) {
+				return fail(err)
+			}
+			// The /proc scan needs descriptors the host is out of: retry
+			// rather than keep a record for a group that is likely gone,
+			// escalating to KILL as if members lived.
+			if terminate && !killed && time.Now().After(deadline) {
+				g.signal(unix.SIGKILL)
+				killed, deadline = true, time.Now().Add(killWait)
+			}
+			time.Sleep(delay)
+			continue
 		}
 		if live > 0 && !terminate {
 			es.leak, terminate = true, true

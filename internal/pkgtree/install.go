@@ -123,8 +123,8 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 	if err := sameShape(w, want); err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-")
-	if err != nil {
+	tmp := filepath.Join(parent, fsutil.TempName()) // swept if this process dies (fsutil.SweepTemps)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "create a temp directory in %s", parent)
 	}
 	defer func() {

@@ -14,8 +14,13 @@
 //   - an entry, the root included, owned by another uid: owner-mismatch;
 //   - a group- or world-writable entry, the root included: mode-unsafe
 //     (another user could change trusted code after it was validated);
-//   - a name with a control character or invalid UTF-8: path-unsafe. A name
-//     never holds '/': the kernel does not return one from a directory read.
+//   - a name with a control character or invalid UTF-8, or the name ".git"
+//     at any depth (a work tree inside the package, [PKG-2]): path-unsafe.
+//     A name never holds '/': the kernel does not return one from a
+//     directory read.
+//
+// These per-entry rules live in rules.go (CheckName, CheckType, CheckPerm),
+// shared with the transfer receiver.
 //
 // Bounds ([PKG-4]): at most MaxEntries entries and MaxBytes bytes of file
 // content, package-oversized beyond. Both are decided from directory reads and
@@ -56,8 +61,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"unicode"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -277,13 +280,10 @@ func (w *walker) openErr(rel string, err error) error {
 
 // check applies [PKG-3] and, for Installed, the store modes to one entry.
 func (w *walker) check(rel string, st *unix.Stat_t) error {
+	what := "package " + w.root
 	typ := st.Mode & unix.S_IFMT
-	switch typ {
-	case unix.S_IFDIR, unix.S_IFREG:
-	case unix.S_IFLNK:
-		return errcode.New(errcode.LinkUnsafe, "package %s: symlink at %q", w.root, rel)
-	default:
-		return errcode.New(errcode.PackageInvalid, "package %s: %q is not a directory or regular file", w.root, rel)
+	if err := CheckType(what, rel, typ); err != nil {
+		return err
 	}
 	if typ == unix.S_IFREG && st.Nlink != 1 {
 		return errcode.New(errcode.LinkUnsafe, "package %s: %q has %d hard links; copy it to a single file", w.root, rel, st.Nlink)
@@ -292,8 +292,8 @@ func (w *walker) check(rel string, st *unix.Stat_t) error {
 		return errcode.New(errcode.OwnerMismatch, "package %s: %q is owned by uid %d, not by you (uid %d)", w.root, rel, st.Uid, w.uid)
 	}
 	perm := st.Mode & 0o7777
-	if perm&0o022 != 0 {
-		return errcode.New(errcode.ModeUnsafe, "package %s: %q is group- or world-writable (mode %04o); chmod go-w it", w.root, rel, perm)
+	if err := CheckPerm(what, rel, perm); err != nil {
+		return err
 	}
 	if w.policy == Installed {
 		want := uint32(0o444)
@@ -320,8 +320,8 @@ func (w *walker) walkDir(fd, parent int, prefix string) error {
 	slices.Sort(names) // bytewise
 	for _, name := range names {
 		rel := prefix + name
-		if !safeName(name) {
-			return errcode.New(errcode.PathUnsafe, "package %s: name %q has a control character or invalid utf-8", w.root, rel)
+		if err := CheckName("package "+w.root, rel, name); err != nil {
+			return err
 		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -408,20 +408,6 @@ func dirName(prefix string) string {
 		return "."
 	}
 	return prefix[:len(prefix)-1]
-}
-
-// safeName reports whether a file name is valid UTF-8 without control
-// characters (C0, DEL and C1) ([PKG-3]).
-func safeName(name string) bool {
-	if !utf8.ValidString(name) {
-		return false
-	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // readBuf is the most a worker reads at once.

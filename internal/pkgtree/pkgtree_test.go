@@ -190,6 +190,22 @@ func TestScanRefusals(t *testing.T) {
 			return root
 		}},
 		{name: "non-ascii name accepted", setup: nameCase("héllo-世界")},
+		{name: "[PKG-2] .git directory inside the tree", want: errcode.PathUnsafe, setup: func(t *testing.T, root string) string {
+			writeTree(t, root, node{path: "sub/.git/"}, node{path: "sub/.git/config", data: "[core]\n"})
+			return root
+		}},
+		{name: "[PKG-2] .git file inside the tree", want: errcode.PathUnsafe, setup: func(t *testing.T, root string) string {
+			writeTree(t, root, node{path: "sub/"}, node{path: "sub/.git", data: "gitdir: /elsewhere\n"})
+			return root
+		}},
+		{name: "[PKG-2] .git at the root (Scan alone)", want: errcode.PathUnsafe, setup: func(t *testing.T, root string) string {
+			writeTree(t, root, node{path: ".git/"})
+			return root
+		}},
+		{name: "names like .git accepted", setup: func(t *testing.T, root string) string {
+			writeTree(t, root, node{path: ".gitignore", data: "x"}, node{path: "a.git/"}, node{path: ".github/"})
+			return root
+		}},
 		{name: "missing root", want: errcode.PackageMissing, setup: func(t *testing.T, root string) string {
 			return filepath.Join(root, "nope")
 		}},

@@ -1,8 +1,6 @@
 package procevent
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -218,9 +216,7 @@ func replaceAt(dir *os.File, name string, data []byte) error {
 		return err
 	}
 	defer f.Close()
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := ".tmp-" + hex.EncodeToString(rnd[:])
+	tmp := fsutil.TempName() // swept if this process dies (fsutil.SweepTemps)
 	if err := linkAt(f, dir, tmp); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "publish %q", filepath.Join(dir.Name(), name))
 	}

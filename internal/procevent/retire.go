@@ -16,10 +16,11 @@ import (
 // Condition selects a retire form ([REG-4]). At most one field is set; the
 // zero Condition is the bare form.
 type Condition struct {
-	// IfOwner retires only the generation with this token. Once that
-	// generation is gone (retired, or replaced by a newer one) the retire is
-	// a no-op that succeeds: it is idempotent and never touches a
-	// replacement.
+	// IfOwner retires only the generation with this token. With nothing
+	// registered under the id the retire is a no-op that succeeds (it is
+	// idempotent); while another generation is registered it is refused
+	// (owner-token-mismatch) and touches nothing, so an old token never
+	// reports "retired" for a source that keeps running.
 	IfOwner string
 	// IfMatches retires a built-in registration only if it is exactly this
 	// adapter and argv. Nothing registered is a no-op that succeeds.
@@ -45,7 +46,10 @@ func (c Condition) decide(id string, r *Registration) (bool, error) {
 		}
 		return false, nil
 	case c.IfOwner != "":
-		return r != nil && r.Token == c.IfOwner, nil
+		if r != nil && r.Token != c.IfOwner {
+			return false, errcode.New(errcode.OwnerTokenMismatch, "source %q is registered as another generation (%s from %s) than the one of that owner token; nothing was retired: use the token printed by its register-extension", id, r.Adapter, r.Owner())
+		}
+		return r != nil, nil
 	case c.IfMatches != nil:
 		if r == nil {
 			return false, nil
@@ -179,6 +183,9 @@ func Sweep(ctx context.Context, h *home.Home, preflight bool) (int, error) {
 				failed = append(failed, fmt.Sprintf("%s: %v", r.SourceID, err))
 			}
 		}
+	}
+	if _, err := sweepTemps(h); err != nil {
+		failed = append(failed, err.Error())
 	}
 	if _, err := cleanupDead(h); err != nil {
 		failed = append(failed, err.Error())

@@ -106,7 +106,7 @@ func TestRetireForms(t *testing.T) {
 	tok := f.registerExt("e1")
 	f.fails("owner-token-mismatch", "procevent", "retire", "e1")
 	f.fails("owner-token-mismatch", "procevent", "retire", "e1", "--if-matches", "sig", "--", "/x")
-	f.ok("procevent", "retire", "e1", "--if-owner", "sha256:"+strings.Repeat("0", 64))
+	f.fails("owner-token-mismatch", "procevent", "retire", "e1", "--if-owner", "sha256:"+strings.Repeat("0", 64))
 	if !strings.Contains(f.ok("procevent", "list"), "\ne1 ") {
 		t.Fatal("a foreign token retired e1")
 	}

@@ -222,8 +222,8 @@ type polled struct {
 	owner   *binding.Binding
 }
 
-// poll runs one poll of r. A built-in failure and any interrupted poll are
-// errors: nothing is captured for them.
+// poll runs one poll of r. A built-in failure, any interrupted poll and a
+// host fault (host-resource) are errors: nothing is captured for them.
 func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, error) {
 	var (
 		out []byte
@@ -246,6 +246,10 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, e
 		return nil, stopped(r.SourceID)
 	case ctx.Err() != nil:
 		return nil, errcode.New(errcode.ProcessFailed, "the poll of %q was interrupted; nothing was captured (the next poll repeats its request id)", r.SourceID)
+	case errcode.Is(err, errcode.HostResource):
+		// The host ran out of a resource: not the package's failure, so no
+		// evidence; the next poll repeats the request id [OP-3].
+		return nil, err
 	case r.External():
 		return &polled{content: evidenceFor(err, r.ExtensionID), failure: err}, nil
 	}

@@ -22,7 +22,11 @@ import (
 // per source (the claim guarantees it across processes too). Between two
 // polls of a source it waits MinGap; after a failure (an error, or captured
 // failure evidence) it backs off exponentially from 2*MinGap up to
-// MaxBackoff, and a success or a no-result resets the backoff. It re-reads
+// MaxBackoff, and a success or a no-result resets the backoff. A host fault
+// (host-resource: fm itself out of files, disk, memory or processes) is such
+// a failure too, but it is never captured as evidence (runner.go), and it is
+// not logged per poll: one line on stderr (ServeOptions.Warn) starts the
+// episode and one ends it, after faultQuiet without a host fault. It re-reads
 // the registry as soon as its watch (watch.go) reports a registration
 // appearing or going, and every Rescan as a safety net: a new registration
 // gets its goroutine, and a goroutine whose source was retired ends at its
@@ -68,6 +72,10 @@ type ServeOptions struct {
 	// Log receives one line per notable event, one call at a time; nil
 	// discards them.
 	Log func(line string)
+	// Warn receives the line that starts and the line that ends an episode
+	// of host faults (host-resource), once each however many polls fail
+	// in between; nil discards them.
+	Warn func(line string)
 }
 
 // DefaultServeOptions are the defaults of serve and reconcile.
@@ -83,6 +91,9 @@ func (o *ServeOptions) check() error {
 	}
 	if o.Log == nil {
 		o.Log = func(string) {}
+	}
+	if o.Warn == nil {
+		o.Warn = func(string) {}
 	}
 	return nil
 }
@@ -170,7 +181,16 @@ type supervisor struct {
 	mu      sync.Mutex
 	running map[string]bool
 	logMu   sync.Mutex
+	// starved is set from the first host fault of an episode until a pass
+	// succeeds at least faultQuiet after the last host fault (lastFault).
+	starved   bool
+	lastFault time.Time
 }
+
+// faultQuiet is how long an episode of host faults lasts after its last
+// fault: under pressure some passes still succeed between faults, and an
+// episode that ended at each of them would warn per poll again.
+const faultQuiet = maintainEvery
 
 func (s *supervisor) log(format string, args ...any) {
 	s.logMu.Lock()
@@ -178,18 +198,51 @@ func (s *supervisor) log(format string, args ...any) {
 	s.o.Log(fmt.Sprintf(format, args...))
 }
 
-// maintain resolves dead runners' groups and re-announces; failures are
-// logged and retried at the next maintenance.
+// failed logs a failure of what, or, for a host fault, warns once at the
+// start of its episode: while the host is out of files, disk, memory or
+// processes every source fails the same way, and a line per poll would be
+// noise. It reports whether err was a host fault.
+func (s *supervisor) failed(what string, err error) bool {
+	if !errcode.Is(err, errcode.HostResource) {
+		s.log("failed: %s (%s): %v", what, errcode.Of(err), err)
+		return false
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	s.lastFault = time.Now()
+	if !s.starved {
+		s.starved = true
+		s.o.Warn(fmt.Sprintf("host-resource: %s: %v; backing off and retrying (raise the limit: ulimit -n, free disk or memory)", what, err))
+	}
+	return true
+}
+
+// recovered ends an episode of host faults.
+func (s *supervisor) recovered() {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if s.starved && time.Since(s.lastFault) >= faultQuiet {
+		s.starved = false
+		s.o.Warn("host-resource: recovered; polling again")
+	}
+}
+
+// maintain resolves dead runners' groups, removes the temps of killed
+// writers (temps.go) and re-announces; failures are logged and retried at
+// the next maintenance.
 func (s *supervisor) maintain(ctx context.Context, d *dirs) {
 	n, err := cleanupDead(s.h)
 	if n > 0 {
 		s.log("cleaned-invocations: %d", n)
 	}
 	if err != nil {
-		s.log("failed: cleanup (%s): %v", errcode.Of(err), err)
+		s.failed("cleanup", err)
+	}
+	if _, err := sweepTemps(s.h); err != nil {
+		s.failed("sweep temps", err)
 	}
 	if n, err := d.reannounce(ctx, s.o.Reannounce); err != nil {
-		s.log("failed: re-announce (%s): %v", errcode.Of(err), err)
+		s.failed("re-announce", err)
 	} else if n > 0 {
 		s.log("reannounced: %d", n)
 	}
@@ -206,7 +259,7 @@ func (s *supervisor) maintain(ctx context.Context, d *dirs) {
 func (s *supervisor) rescan(ctx context.Context, d *dirs) {
 	ids, err := sourceIDs(d.reg)
 	if err != nil {
-		s.log("failed: rescan (%s): %v", errcode.Of(err), err)
+		s.failed("rescan", err)
 		return
 	}
 	s.mu.Lock()
@@ -241,13 +294,16 @@ func (s *supervisor) source(ctx context.Context, id string) {
 			s.log("stopped: %s (a retire stopped its poll)", id)
 			failed = false
 		case err != nil:
-			s.log("failed: %s (%s): %v", id, errcode.Of(err), err)
+			s.failed(id, err)
 		case out.Evidence:
 			// The failure was captured as evidence: say where, then why
 			// in the host's words (the evidence's code and detail).
 			s.log("%s\nfailed: %s (%s): %v", out.Line(), id, errcode.Of(out.Failure), out.Failure)
 		case out.Status == Captured:
 			s.log("%s", out.Line())
+		}
+		if err == nil {
+			s.recovered()
 		}
 		if failed {
 			backoff = min(max(2*s.o.MinGap, 2*backoff), s.o.MaxBackoff)
@@ -274,7 +330,8 @@ type Report struct {
 }
 
 // Reconcile runs one supervision cycle and returns ([RUN-2]): resolve the
-// groups dead runners left, re-announce unhandled results, then poll every
+// groups dead runners left, remove the temps of killed writers (temps.go),
+// re-announce unhandled results, then poll every
 // registered source once, concurrently (a source whose claim is held reports
 // AlreadyOwned). A home with no registry has nothing to do and gets nothing
 // created. A failure of one source does not stop the others.
@@ -294,6 +351,9 @@ func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, erro
 	// A group that stays unproven here refuses only its own source's poll
 	// (Start checks again), so its error is reported there, per source.
 	rep.Cleaned, _ = cleanupDead(h)
+	if _, err := sweepTemps(h); err != nil {
+		return nil, err
+	}
 	if rep.Reannounced, err = d.reannounce(ctx, o.Reannounce); err != nil {
 		return nil, err
 	}

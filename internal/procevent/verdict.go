@@ -143,7 +143,8 @@ func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID string, 
 // adapter and polls once with o.RequestID (random when empty). It returns the
 // output, or nil for no result, or the failure evidence document ([OP-3]):
 // any failure of the poll, including an unresolvable binding, becomes
-// evidence.
+// evidence, except a host fault (host-resource), which is the host's and is
+// returned as an error.
 //
 // A direct poll captures and announces nothing, so for a source id that is
 // registered in the home it would consume the source's event and lose it:
@@ -161,10 +162,16 @@ func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInp
 	}
 	defer release()
 	b, err := host.Resolve(h, adapter)
+	if errcode.Is(err, errcode.HostResource) {
+		return nil, nil, err // the host's fault, not evidence [OP-3]
+	}
 	if err != nil {
 		return nil, evidenceFor(err, ""), nil
 	}
 	out, err := pollExtension(ctx, h, b, adapter, in, o.RequestID, o.Stderr)
+	if errcode.Is(err, errcode.HostResource) {
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, evidenceFor(err, b.ExtensionID), nil
 	}

@@ -27,9 +27,10 @@ func TestSilentMarksHandled(t *testing.T) {
 	}
 }
 
-// [CAP-4] [REG-4]: terminal true retires exactly the polled generation, and
-// a later retire --if-owner with that (old) token still succeeds without
-// touching a newer generation.
+// [CAP-4] [REG-4]: terminal true retires exactly the polled generation; a
+// later retire --if-owner with that (old) token succeeds without action while
+// nothing is registered, and is refused (owner-token-mismatch) without
+// touching a newer generation once one is registered.
 func TestTerminalRetiresGeneration(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -51,7 +52,7 @@ func TestTerminalRetiresGeneration(t *testing.T) {
 	}
 	f.mode("terminal", "false")
 	f.registerExt("s1")
-	f.ok("procevent", "retire", "s1", "--if-owner", old)
+	f.fails("owner-token-mismatch", "procevent", "retire", "s1", "--if-owner", old)
 	if out := f.ok("procevent", "list"); !strings.Contains(out, "\ns1 ") {
 		t.Fatalf("an old token retired the replacement: %q", out)
 	}

@@ -42,6 +42,7 @@ const (
 	MaxEnvelope      = 65536
 	MaxStderr        = 8192
 	MaxPollOutput    = 32768
+	MaxEscapedOutput = 64696 // see EscapedLen
 	MaxContent       = 32768
 	MaxDiagnostic    = 512
 	MaxClassifyToken = 64
@@ -217,6 +218,35 @@ func ValidDiagnostic(s string) bool {
 	return len(s) >= 1 && len(s) <= MaxDiagnostic && utf8.ValidString(s) && !strings.ContainsFunc(s, IsControl)
 }
 
+// EscapedLen is the length of s inside a string of the canonical JSON that
+// carries it in a request (strictjson.Canonical, RFC 8785): '"' and '\\'
+// take 2 bytes, the C0 controls with a short escape (\b \t \n \f \r) 2,
+// every other C0 control 6 (\u00XX), every other byte 1 (s is valid UTF-8).
+//
+// A captured result is carried as the content of every later
+// result.classify, result.terminal and result.silent request, which must fit
+// in MaxEnvelope bytes ([INV-4]). So a source.poll output is bounded twice
+// ([OP-1], [CAP-4]): at most MaxPollOutput bytes, and at most
+// MaxEscapedOutput bytes once escaped, which is MaxEnvelope less the longest
+// such request with an empty content (adapter of 32 bytes, extension id and
+// version of 128, source id of 64, every number of 19 digits: 840 bytes).
+// Any output within both bounds can then be carried, whoever owns it and
+// whatever its sequence; one beyond is refused at capture as
+// response-oversized evidence, never captured as a result that no verdict
+// could ever be asked about.
+func EscapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r':
+			n++
+		case c < 0x20:
+			n += 5
+		}
+	}
+	return n
+}
+
 // IsControl reports whether r is a control character in the protocol's sense:
 // C0 (U+0000..U+001F), DEL (U+007F) or C1 (U+0080..U+009F).
 func IsControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
@@ -362,10 +392,12 @@ func DecodeResult(op string, raw jsontext.Value) (any, error) {
 			return nil, wrap(err)
 		}
 		switch {
-		case r.Status == "result" && len(r.Output) >= 1 && len(r.Output) <= MaxPollOutput:
-		case r.Status == "no-result" && r.Output == "":
 		case r.Status == "result" && len(r.Output) > MaxPollOutput:
 			return nil, refuse(errcode.ResponseOversized, "%s: output is larger than %d bytes", what, MaxPollOutput)
+		case r.Status == "result" && EscapedLen(r.Output) > MaxEscapedOutput:
+			return nil, refuse(errcode.ResponseOversized, "%s: output takes %d bytes once JSON-escaped, more than the %d that fit in a verdict request", what, EscapedLen(r.Output), MaxEscapedOutput)
+		case r.Status == "result" && len(r.Output) >= 1:
+		case r.Status == "no-result" && r.Output == "":
 		default:
 			return nil, refuse(errcode.ResponseInvalid, "%s: needs status \"result\" with 1..%d bytes of output, or \"no-result\" with empty output", what, MaxPollOutput)
 		}

@@ -167,7 +167,7 @@ func FuzzCheckResponse(f *testing.F) {
 		switch v := v.(type) {
 		case *protocol.PollResult:
 			good = op == protocol.OpPoll && keys(result, "status", "output") &&
-				(v.Status == "result" && len(v.Output) >= 1 && len(v.Output) <= protocol.MaxPollOutput && utf8.ValidString(v.Output) ||
+				(v.Status == "result" && len(v.Output) >= 1 && len(v.Output) <= protocol.MaxPollOutput && utf8.ValidString(v.Output) && escaped(v.Output) <= protocol.MaxEscapedOutput ||
 					v.Status == "no-result" && v.Output == "") && result["output"] == v.Output && result["status"] == v.Status
 		case *protocol.ClassifyResult:
 			good = op == protocol.OpClassify && keys(result, "classification") && len(v.Classification) <= protocol.MaxClassifyToken &&
@@ -214,4 +214,14 @@ func FuzzInputs(f *testing.F) {
 			t.Fatalf("PollRequestID gave %q", id)
 		}
 	})
+}
+
+// escaped is the size of s inside a canonical JSON string, measured by the
+// encoder itself: the oracle of protocol.EscapedLen.
+func escaped(s string) int {
+	b, err := strictjson.Canonical(s)
+	if err != nil {
+		panic(err)
+	}
+	return len(b) - 2
 }

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"testing/quick"
+	"unicode/utf8"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/strictjson"
@@ -335,4 +337,98 @@ func TestEvidenceDetail(t *testing.T) {
 			t.Fatalf("got %s", got)
 		}
 	})
+}
+
+// maxVerdictRequest is the longest result.classify/terminal/silent request
+// that can carry content: every other field at its longest ([OP-1], [MAN-1]).
+func maxVerdictRequest(op, content string) *Request {
+	const maxInt = 1<<63 - 1
+	return &Request{
+		Schema: RequestSchema, RequestID: rid, HostProtocol: maxInt,
+		ExtensionID: strings.Repeat("a", 128), ExtensionVersion: strings.Repeat("1", 128),
+		PackageDigest: rid, Capability: Capability, CapabilityVersion: maxInt,
+		Adapter: strings.Repeat("a", 32), Operation: op,
+		Input: ResultInput{SourceID: strings.Repeat("s", 64), Sequence: maxInt, Content: content},
+	}
+}
+
+// [INV-4] [OP-1] [CAP-4] MaxEscapedOutput is exactly what fits: a verdict
+// request with every other field at its longest and a content of
+// MaxEscapedOutput escaped bytes is exactly MaxEnvelope bytes, for each of
+// the three operations.
+func TestEscapedOutputFitsVerdictRequest(t *testing.T) {
+	for _, op := range []string{OpClassify, OpTerminal, OpSilent} {
+		for _, content := range []string{strings.Repeat(`"`, MaxEscapedOutput/2), strings.Repeat("a", MaxEscapedOutput), strings.Repeat("\x01", MaxEscapedOutput/6) + "\n\n"} {
+			if EscapedLen(content) != MaxEscapedOutput {
+				t.Fatalf("content of %d escaped bytes, want %d", EscapedLen(content), MaxEscapedOutput)
+			}
+			b, err := strictjson.Canonical(maxVerdictRequest(op, content))
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := MaxEnvelope
+			if op == OpSilent {
+				limit -= len(OpClassify) - len(OpSilent)
+			}
+			if len(b) != limit {
+				t.Errorf("%s request carrying %d escaped bytes is %d bytes, want %d", op, EscapedLen(content), len(b), limit)
+			}
+		}
+	}
+}
+
+// [INV-4] EscapedLen is the encoder's own measure, for every ASCII byte and
+// for random UTF-8 strings.
+func TestEscapedLenMatchesEncoder(t *testing.T) {
+	check := func(s string) bool {
+		b, err := strictjson.Canonical(s)
+		return err == nil && EscapedLen(s) == len(b)-2
+	}
+	for c := 0; c < 0x80; c++ {
+		if s := strings.Repeat(string(rune(c)), 3); !check(s) {
+			t.Errorf("byte %#x: EscapedLen %d", c, EscapedLen(s))
+		}
+	}
+	for _, s := range []string{"\u0085\u2028\u2029\U0001F600<>&\x7f", "é\"\\\b"} {
+		if !check(s) {
+			t.Errorf("%q: EscapedLen %d", s, EscapedLen(s))
+		}
+	}
+	if err := quick.Check(func(s string) bool { return !utf8.ValidString(s) || check(s) }, &quick.Config{MaxCount: 5000}); err != nil {
+		t.Error(err)
+	}
+}
+
+// [INV-4] [OP-1] the worst cases at the exact bounds: the largest all-'"',
+// all-control, all-newline and all-4-byte-UTF-8 outputs are accepted, and
+// one more character of each is response-oversized.
+func TestPollOutputEscapedBound(t *testing.T) {
+	poll := func(output string) error {
+		b, err := strictjson.Canonical(PollResult{Status: "result", Output: output})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = DecodeResult(OpPoll, b)
+		return err
+	}
+	emoji := "\U0001F600"
+	for _, c := range []struct {
+		name      string
+		unit      string
+		most      int
+		extraUnit string
+	}{
+		{`all '"'`, `"`, MaxEscapedOutput / 2, `"`},
+		{"all control", "\x01", MaxEscapedOutput / 6, "\x01"},
+		{"all newline", "\n", MaxEscapedOutput / 2, "\n"},
+		{"all 4-byte utf-8", emoji, MaxPollOutput / 4, "a"},
+	} {
+		at := strings.Repeat(c.unit, c.most)
+		if err := poll(at); err != nil {
+			t.Errorf("%s: %d bytes (%d escaped) refused: %v", c.name, len(at), EscapedLen(at), err)
+		}
+		if err := poll(at + c.extraUnit); errcode.Of(err) != errcode.ResponseOversized {
+			t.Errorf("%s: one more: got %v, want response-oversized", c.name, err)
+		}
+	}
 }

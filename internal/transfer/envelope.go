@@ -38,14 +38,16 @@
 //     serialization, so one transfer has one byte encoding (json-invalid);
 //   - at most MaxEntries entries, MaxFileBytes per file and MaxPackageBytes
 //     in all (package-oversized);
-//   - paths relative and normalized: no leading '/', no empty, "." or ".."
-//     component, no component over 255 bytes, valid UTF-8 without control
-//     characters (path-unsafe); strictly sorted (schema-invalid); no
+//   - paths relative and normalized: no leading '/', and every component a
+//     name bind accepts (pkgtree.CheckName: no empty, "." or ".." component,
+//     none over 255 bytes, valid UTF-8 without control characters, no
+//     ".git") (path-unsafe); strictly sorted (schema-invalid); no
 //     duplicate path and no entry whose parent is missing or is a file
 //     (package-invalid: a file/directory collision);
-//   - types only directory and file (a symlink is link-unsafe, any other
-//     type package-invalid); modes only 493 for directories and 420/493 for
-//     files (mode-unsafe);
+//   - types only directory and file (pkgtree.CheckType: a symlink is
+//     link-unsafe, any other type package-invalid); modes only 493 for
+//     directories and 420/493 for files (mode-unsafe; a group- or
+//     world-writable mode is refused by pkgtree.CheckPerm, as bind would);
 //   - entry_count, total_bytes, the number of payloads, every payload's size
 //     and SHA-256, and manifest_sha256 must all match (integrity-mismatch);
 //     a payload must be canonical standard padded base64 (schema-invalid);
@@ -68,10 +70,9 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
@@ -103,10 +104,6 @@ const (
 	ModeExec      = 0o755 // 493
 	ModeFile      = 0o644 // 420
 )
-
-// maxName is the longest path component a Linux file system stores
-// (NAME_MAX); a longer one could never have come from a real package.
-const maxName = 255
 
 // maxPath bounds a whole entry path. The rebuilt package lives several
 // directories deep in a home, and the kernel refuses paths over PATH_MAX
@@ -462,60 +459,53 @@ func checkEntry(e *Entry, isDir map[string]bool) error {
 			return errcode.New(errcode.PackageInvalid, "transfer entry %q lies below %q, which is a file", e.Path, parent)
 		}
 	}
-	switch e.Type {
-	case TypeDirectory:
+	if err := pkgtree.CheckType("transfer", e.Path, entryType[e.Type]); err != nil {
+		return err
+	}
+	if err := pkgtree.CheckPerm("transfer", e.Path, uint32(e.Mode)); err != nil {
+		return err
+	}
+	if e.Type == TypeDirectory {
 		if e.Mode != ModeDirectory {
 			return errcode.New(errcode.ModeUnsafe, "transfer directory %q has mode %d; directories are %d (0755)", e.Path, e.Mode, ModeDirectory)
 		}
 		if e.Size != 0 || e.SHA256 != nil {
 			return errcode.New(errcode.SchemaInvalid, "transfer directory %q must have size 0 and sha256 null", e.Path)
 		}
-	case TypeFile:
-		if e.Mode != ModeFile && e.Mode != ModeExec {
-			return errcode.New(errcode.ModeUnsafe, "transfer file %q has mode %d; files are %d (0644) or %d (0755)", e.Path, e.Mode, ModeFile, ModeExec)
-		}
-		if e.Size < 0 || e.SHA256 == nil || !binding.CheckDigest(*e.SHA256) {
-			return errcode.New(errcode.SchemaInvalid, "transfer file %q needs a size and a sha256:<64 lowercase hex>", e.Path)
-		}
-		if err := checkFileSize(e.Path, e.Size); err != nil {
-			return err
-		}
-	case "symlink":
-		return errcode.New(errcode.LinkUnsafe, "transfer entry %q is a symlink; only directories and files transfer", e.Path)
-	default:
-		return errcode.New(errcode.PackageInvalid, "transfer entry %q has type %q; only directories and files transfer", e.Path, e.Type)
+		return nil
 	}
-	return nil
+	if e.Mode != ModeFile && e.Mode != ModeExec {
+		return errcode.New(errcode.ModeUnsafe, "transfer file %q has mode %d; files are %d (0644) or %d (0755)", e.Path, e.Mode, ModeFile, ModeExec)
+	}
+	if e.Size < 0 || e.SHA256 == nil || !binding.CheckDigest(*e.SHA256) {
+		return errcode.New(errcode.SchemaInvalid, "transfer file %q needs a size and a sha256:<64 lowercase hex>", e.Path)
+	}
+	return checkFileSize(e.Path, e.Size)
 }
 
-// checkPath applies the path rule: relative, normalized, '/'-separated,
-// components of 1..255 bytes other than "." and "..", valid UTF-8 without
-// control characters (the names pkgtree accepts).
+// entryType maps the envelope's entry types to the file types of
+// pkgtree.CheckType; any other type maps to 0, which it refuses as
+// package-invalid.
+var entryType = map[string]uint32{TypeDirectory: unix.S_IFDIR, TypeFile: unix.S_IFREG, "symlink": unix.S_IFLNK}
+
+// checkPath applies the path rule: relative, at most maxPath bytes, and
+// every '/'-separated component a name that bind accepts (pkgtree.CheckName:
+// no empty, "." or ".." component, none over 255 bytes, valid UTF-8 without
+// control characters, no ".git").
 func checkPath(p string) error {
-	bad := func(why string) error {
-		shown := p
-		if len(shown) > 96 {
-			shown = shown[:96] + "..."
-		}
-		return errcode.New(errcode.PathUnsafe, "transfer entry path %q %s", shown, why)
+	shown := p
+	if len(shown) > 96 {
+		shown = shown[:96] + "..."
 	}
 	if len(p) > maxPath {
-		return bad("is longer than " + strconv.Itoa(maxPath) + " bytes")
-	}
-	if !utf8.ValidString(p) || strings.ContainsFunc(p, unicode.IsControl) {
-		return bad("is not valid utf-8 without control characters")
+		return errcode.New(errcode.PathUnsafe, "transfer entry path %q is longer than %d bytes", shown, maxPath)
 	}
 	if strings.HasPrefix(p, "/") {
-		return bad("is absolute")
+		return errcode.New(errcode.PathUnsafe, "transfer entry path %q is absolute", shown)
 	}
 	for _, c := range strings.Split(p, "/") {
-		switch {
-		case c == "" || c == ".":
-			return bad("is not normalized")
-		case c == "..":
-			return bad("traverses out of the package")
-		case len(c) > maxName:
-			return bad("has a component longer than 255 bytes")
+		if err := pkgtree.CheckName("transfer entry path", shown, c); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -87,12 +87,14 @@ type Received struct {
 // under the lifecycle lock for the whole mutation, it
 //
 //  1. refuses a duplicate transfer identity: a unit with the same id,
-//     version and transfer digest in staging (already received) or in
-//     retired-staging (retired or failed) is transfer-exists; a concurrent
-//     receive of the same envelope waits for the lock and then finds it.
-//     This comes before the registry check, so sending an envelope again
-//     while its binding is still enabled says transfer-exists, not
-//     binding-exists;
+//     version and transfer digest in retired-staging (retired or failed),
+//     or in staging and bound or being retired, is transfer-exists; a
+//     concurrent receive of the same envelope waits for the lock and then
+//     finds it. This comes before the registry check, so sending an
+//     envelope again while its binding is still enabled says
+//     transfer-exists, not binding-exists. A staged unit that nothing binds
+//     (a receive killed between steps 3 and 4) is resumed: revalidated as
+//     exactly this envelope's unit, it goes straight to step 4 (checkNew);
 //  2. refuses options the registry cannot take (host.CheckRegistry);
 //  3. rebuilds the package in a private temp directory inside
 //     data/extensions/staging, scans it with the rules of bind and checks it
@@ -126,19 +128,24 @@ func Receive(ctx context.Context, h *home.Home, r io.Reader, opts host.BindOptio
 		return nil, err
 	}
 	defer lock.Release()
-	if err := checkNew(h, p); err != nil {
+	existing, err := binding.Load(h)
+	if err != nil {
 		return nil, err
 	}
-	existing, err := binding.Load(h)
+	unit, err := checkNew(h, p, existing)
 	if err != nil {
 		return nil, err
 	}
 	if err := host.CheckRegistry(existing, p.Ext.ID, opts.Adapters); err != nil {
 		return nil, err
 	}
-	unit, err := stage(h, p)
-	if err != nil {
-		return nil, err
+	if unit == "" {
+		if unit, err = stage(h, p); err != nil {
+			return nil, err
+		}
+		if afterStaged != nil {
+			afterStaged()
+		}
 	}
 	opts.Dir, opts.Staged, opts.Lock = filepath.Join(unit, PackageDir), true, lock
 	b, err := host.Bind(ctx, h, opts)
@@ -157,18 +164,45 @@ func unitPath(area string, m *Manifest, digest string) string {
 	return filepath.Join(area, m.ExtensionID, m.ExtensionVersion, binding.Hex(digest))
 }
 
-// checkNew refuses a transfer identity that this home already holds, staged
-// or retired ([XFER-2]). The caller holds the lifecycle lock, so no receive
-// of it is under way.
-func checkNew(h *home.Home, p *Package) error {
-	for _, u := range []string{unitPath(h.Staging(), &p.Manifest, p.Digest), unitPath(h.RetiredStaging(), &p.Manifest, p.Digest)} {
-		if _, err := os.Lstat(u); err == nil {
-			return errcode.New(errcode.TransferExists, "transfer %s of %s@%s was already received: %s exists", p.Digest, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, u)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return errcode.Wrap(errcode.Internal, err, "stat %s", u)
+// checkNew refuses a transfer identity that this home already holds
+// ([XFER-2]): retired or failed (a unit in retired-staging), bound (a staged
+// unit that an enabled binding's source.path names), or being retired (a
+// staged unit holding binding.json) is transfer-exists. A staged unit that
+// no binding names is the state of a receive killed between publishing the
+// unit and publishing its binding: when it is still exactly what this
+// envelope builds (loadUnit: private, only its names, the receipt byte for
+// byte, the tree entry by entry and by digest) its path is returned and the
+// resend completes the bind with it; anything else is refused with the
+// reason. "" means the identity is new. The caller holds the lifecycle lock,
+// so no receive or retire of it is under way.
+func checkNew(h *home.Home, p *Package, existing []*binding.Binding) (string, error) {
+	retired := unitPath(h.RetiredStaging(), &p.Manifest, p.Digest)
+	if _, err := os.Lstat(retired); err == nil {
+		return "", errcode.New(errcode.TransferExists, "transfer %s of %s@%s was already received: %s exists", p.Digest, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, retired)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", errcode.Wrap(errcode.Internal, err, "stat %s", retired)
+	}
+	unit := unitPath(h.Staging(), &p.Manifest, p.Digest)
+	if _, err := os.Lstat(unit); errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "stat %s", unit)
+	}
+	exists := func(why string) error {
+		return errcode.New(errcode.TransferExists, "transfer %s of %s@%s was already received: %s exists (%s)", p.Digest, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, unit, why)
+	}
+	for _, b := range existing {
+		if b.Source.Path == filepath.Join(unit, PackageDir) {
+			return "", exists("bound as " + b.Digest)
 		}
 	}
-	return nil
+	if _, err := os.Lstat(filepath.Join(unit, BindingFile)); err == nil {
+		return "", exists("a retire-transfer of it is under way: run it again")
+	}
+	if _, err := loadUnit(unit, p.Manifest.ExtensionID, p.Digest); err != nil {
+		return "", errcode.Wrap(errcode.Of(err), err, "transfer %s is staged at %s but not bound, and the staged unit cannot be completed; move it to %s", p.Digest, unit, unitPath(h.RetiredStaging(), &p.Manifest, p.Digest))
+	}
+	return unit, nil
 }
 
 // stage builds and publishes the unit of p and returns its path. The caller
@@ -222,6 +256,11 @@ func stage(h *home.Home, p *Package) (string, error) {
 	published = true
 	return final, nil
 }
+
+// afterStaged, when set, runs once the unit is staged and before it is
+// bound: the window in which the crash tests kill a receive (see
+// TestReceiveKilledAfterStaging). Nil in fm.
+var afterStaged func()
 
 // rebuildFailed restates a failure to rebuild or check the package of p in
 // the temp directory pkg: the temp directory is removed before the operator

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
@@ -24,7 +27,29 @@ import (
 
 func TestMain(m *testing.M) {
 	launch.MaybeBarrier()
+	if os.Getenv(envKillAfterStaged) != "" {
+		os.Exit(receiveKilledAfterStaging())
+	}
 	os.Exit(m.Run())
+}
+
+// envKillAfterStaged makes the test binary a receive-transfer-bind of the
+// envelope on stdin into the home named by FM_HOME and FM_ROOT_OVERRIDE,
+// with exampleOptions, that SIGKILLs itself between staging its unit and
+// binding it (the crash point of TestReceiveKilledAfterStaging).
+const envKillAfterStaged = "FM_TEST_KILL_AFTER_STAGED"
+
+func receiveKilledAfterStaging() int {
+	afterStaged = func() {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Hour)
+	}
+	h, err := home.Resolve()
+	if err == nil {
+		_, err = Receive(context.Background(), h, os.Stdin, exampleOptions)
+	}
+	fmt.Fprintln(os.Stderr, "receive was not killed:", err)
+	return 3
 }
 
 // The example package of the project: org.firstmate.example.file-signal,
@@ -431,6 +456,21 @@ func TestReceiveRefusals(t *testing.T) {
 			addFile(env, "bin/x\ny", []byte("x"))
 			return seal(t, env)
 		}, errcode.PathUnsafe},
+		// [PKG-2] a work tree in the envelope: bind and pack-transfer refuse
+		// it, so the receiver does too, before it writes anything.
+		{".git directory at the root", func(t *testing.T, env *Envelope) []byte {
+			add(env, Entry{Path: ".git", Type: TypeDirectory, Mode: ModeDirectory}, nil)
+			addFile(env, ".git/config", []byte("[core]\n\tfsmonitor = /bin/sh -c id\n"))
+			return seal(t, env)
+		}, errcode.PathUnsafe},
+		{".git file in a subdirectory", func(t *testing.T, env *Envelope) []byte {
+			addFile(env, "bin/.git", []byte("gitdir: /elsewhere\n"))
+			return seal(t, env)
+		}, errcode.PathUnsafe},
+		{"group-writable file", func(t *testing.T, env *Envelope) []byte {
+			env.Manifest.Entries[index(env, entrypoint)].Mode = 0o775
+			return seal(t, env)
+		}, errcode.ModeUnsafe},
 		{"symlink type", func(t *testing.T, env *Envelope) []byte {
 			add(env, Entry{Path: "link", Type: "symlink", Mode: ModeFile}, nil)
 			return seal(t, env)
@@ -765,7 +805,9 @@ func TestReceiveDuplicate(t *testing.T) {
 		t.Errorf("a refused duplicate bound %v", bs)
 	}
 
-	// Staged but not bound (its binding retired by hand): still received.
+	// Staged but not bound (its binding moved away by hand): the state of a
+	// receive killed before its bind, so a resend completes the bind with
+	// the staged unit; once bound, a resend is transfer-exists again.
 	h2 := newHome(t)
 	r2, err := Receive(context.Background(), h2, bytes.NewReader(data), exampleOptions)
 	if err != nil {
@@ -773,6 +815,13 @@ func TestReceiveDuplicate(t *testing.T) {
 	}
 	if err := os.Rename(r2.Binding.Path, filepath.Join(tempDir(t), "moved.json")); err != nil {
 		t.Fatal(err)
+	}
+	r3, err := Receive(context.Background(), h2, bytes.NewReader(data), exampleOptions)
+	if err != nil {
+		t.Fatalf("resend of a staged, unbound transfer: %v", err)
+	}
+	if r3.Unit != r2.Unit || r3.Binding.Source.Path != filepath.Join(r2.Unit, PackageDir) || r3.TransferDigest != r2.TransferDigest {
+		t.Errorf("resumed receive: unit %s, source %s; want %s", r3.Unit, r3.Binding.Source.Path, r2.Unit)
 	}
 	_, err = Receive(context.Background(), h2, bytes.NewReader(data), exampleOptions)
 	wantCode(t, err, errcode.TransferExists)
@@ -1045,4 +1094,91 @@ func FuzzOpen(f *testing.F) {
 			}
 		}
 	})
+}
+
+// [XFER-3] [XFER-2] a receive SIGKILLed after publishing its staged unit and
+// before publishing its binding leaves a unit that nothing binds. A resend of
+// the same envelope revalidates that unit and completes the bind with it
+// (the binding's source.path is the unit's package/); a unit that no longer
+// is exactly what the envelope builds (a receipt edited, a staged file
+// changed, an entry added) is refused with the reason and left alone, and
+// nothing is bound.
+func TestReceiveKilledAfterStaging(t *testing.T) {
+	data := pack(t, examplePackage(t, nil))
+	p, err := Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := func(t *testing.T) *home.Home {
+		h := newHome(t)
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), envKillAfterStaged+"=1", "FM_HOME="+h.Dir, "FM_ROOT_OVERRIDE="+h.Root)
+		cmd.Stdin = bytes.NewReader(data)
+		out, err := cmd.CombinedOutput()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("the receive was not killed at the crash point: %v\n%s", err, out)
+		}
+		if bs, err := binding.Load(h); err != nil || len(bs) != 0 {
+			t.Fatalf("after the kill: bindings %v, %v", bs, err)
+		}
+		if _, err := os.Lstat(filepath.Join(unitPath(h.Staging(), &p.Manifest, p.Digest), ReceiptFile)); err != nil {
+			t.Fatalf("after the kill the unit is not staged: %v", err)
+		}
+		return h
+	}
+	h := killed(t)
+	unit := unitPath(h.Staging(), &p.Manifest, p.Digest)
+	r, err := Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
+	if err != nil {
+		t.Fatalf("the resend did not complete the killed receive: %v", err)
+	}
+	if r.Unit != unit || r.Binding.Source.Path != filepath.Join(unit, PackageDir) {
+		t.Fatalf("resumed into %s (source %s), want %s", r.Unit, r.Binding.Source.Path, unit)
+	}
+	_, err = Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
+	wantCode(t, err, errcode.TransferExists)
+	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil); err != nil {
+		t.Fatalf("retire-transfer of the resumed transfer: %v", err)
+	}
+
+	for _, c := range []struct {
+		name   string
+		tamper func(unit string)
+		code   errcode.Code
+	}{
+		{"receipt edited", func(unit string) {
+			f := filepath.Join(unit, ReceiptFile)
+			b, _ := os.ReadFile(f)
+			os.WriteFile(f, bytes.Replace(b, []byte(exampleVersion), []byte(exampleVersion+" "), 1), 0o600)
+		}, errcode.IntegrityMismatch},
+		{"staged file changed", func(unit string) {
+			f := filepath.Join(unit, PackageDir, "firstmate-extension.json")
+			os.Chmod(f, 0o644)
+			b, _ := os.ReadFile(f)
+			os.WriteFile(f, append(b, ' '), 0o644)
+		}, errcode.IntegrityMismatch},
+		{"entry added", func(unit string) {
+			os.WriteFile(filepath.Join(unit, PackageDir, "extra"), []byte("x"), 0o644)
+		}, errcode.IntegrityMismatch},
+		{".git added", func(unit string) {
+			os.Mkdir(filepath.Join(unit, PackageDir, ".git"), 0o755)
+		}, errcode.PathUnsafe},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := killed(t)
+			unit := unitPath(h.Staging(), &p.Manifest, p.Digest)
+			c.tamper(unit)
+			_, err := Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
+			wantCode(t, err, c.code)
+			if !strings.Contains(err.Error(), unit) {
+				t.Errorf("refusal %q does not name the unit", err)
+			}
+			if bs, _ := binding.Load(h); len(bs) != 0 {
+				t.Errorf("a tampered unit was bound: %v", bs)
+			}
+			if _, err := os.Lstat(unit); err != nil {
+				t.Errorf("the refused unit was not left in place: %v", err)
+			}
+		})
+	}
 }

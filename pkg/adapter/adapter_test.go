@@ -459,15 +459,20 @@ func TestPollResultBounds(t *testing.T) {
 		res adapter.PollResult
 		ok  bool
 	}{
-		"one byte":         {adapter.Output("x"), true},
-		"exactly 32768":    {adapter.Output(strings.Repeat("x", 32768)), true},
-		"32768 multibyte":  {adapter.Output(strings.Repeat("€", 32768/3) + "xx"), true},
-		"32769":            {adapter.Output(strings.Repeat("x", 32769)), false},
-		"empty result":     {adapter.Output(""), false},
-		"invalid utf-8":    {adapter.Output("a\xffb"), false},
-		"no-result output": {adapter.PollResult{Status: "no-result", Output: "x"}, false},
-		"unknown status":   {adapter.PollResult{Status: "maybe", Output: "x"}, false},
-		"zero value":       {adapter.PollResult{}, false},
+		"one byte":        {adapter.Output("x"), true},
+		"exactly 32768":   {adapter.Output(strings.Repeat("x", 32768)), true},
+		"32768 multibyte": {adapter.Output(strings.Repeat("€", 32768/3) + "xx"), true},
+		"32769":           {adapter.Output(strings.Repeat("x", 32769)), false},
+		// [INV-4] [OP-1] the escaped bound, so that verdict requests carry it
+		"quotes at the escaped bound":        {adapter.Output(strings.Repeat(`"`, adapter.MaxEscapedOutputBytes/2)), true},
+		"one quote beyond the escaped bound": {adapter.Output(strings.Repeat(`"`, adapter.MaxEscapedOutputBytes/2+1)), false},
+		"controls at the escaped bound":      {adapter.Output(strings.Repeat("\x1b", adapter.MaxEscapedOutputBytes/6)), true},
+		"one control beyond":                 {adapter.Output(strings.Repeat("\x1b", adapter.MaxEscapedOutputBytes/6+1)), false},
+		"empty result":                       {adapter.Output(""), false},
+		"invalid utf-8":                      {adapter.Output("a\xffb"), false},
+		"no-result output":                   {adapter.PollResult{Status: "no-result", Output: "x"}, false},
+		"unknown status":                     {adapter.PollResult{Status: "maybe", Output: "x"}, false},
+		"zero value":                         {adapter.PollResult{}, false},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -23,6 +23,7 @@ func _() {
 	_ = same{false: {}, OpSilent == protocol.OpSilent: {}}
 	_ = same{false: {}, MaxEnvelopeBytes == protocol.MaxEnvelope: {}}
 	_ = same{false: {}, MaxOutputBytes == protocol.MaxPollOutput: {}}
+	_ = same{false: {}, MaxEscapedOutputBytes == protocol.MaxEscapedOutput: {}}
 	_ = same{false: {}, MaxContentBytes == protocol.MaxContent: {}}
 	_ = same{false: {}, MaxConfigRefBytes == protocol.MaxConfigRef: {}}
 	_ = same{false: {}, MaxDiagnosticBytes == protocol.MaxDiagnostic: {}}

@@ -45,6 +45,7 @@ const (
 const (
 	MaxEnvelopeBytes       = 65536 // one request or response document
 	MaxOutputBytes         = 32768 // source.poll output (UTF-8 bytes of the string)
+	MaxEscapedOutputBytes  = 64696 // the same output JSON-escaped ('"' and '\\' count 2, \b\t\n\f\r 2, other C0 controls 6), so every verdict request can carry it
 	MaxContentBytes        = 32768 // result content sent to classify/terminal/silent
 	MaxConfigRefBytes      = 512   // config_ref
 	MaxDiagnosticBytes     = 512   // error diagnostic
@@ -343,7 +344,9 @@ func (in ResultInput) Validate() error {
 }
 
 // Validate checks a poll result: status "result" with 1..32,768 bytes of
-// UTF-8 output, or status "no-result" with empty output.
+// UTF-8 output that take at most 64,696 bytes JSON-escaped (the host
+// refuses a larger one as response-oversized: it could not be carried into
+// the result's verdict requests), or status "no-result" with empty output.
 func (p PollResult) Validate() error {
 	switch p.Status {
 	case StatusResult:
@@ -352,6 +355,9 @@ func (p PollResult) Validate() error {
 		}
 		if len(p.Output) > MaxOutputBytes {
 			return errf(Internal, "poll result: output is %d bytes, more than %d", len(p.Output), MaxOutputBytes)
+		}
+		if n := protocol.EscapedLen(p.Output); n > MaxEscapedOutputBytes {
+			return errf(Internal, "poll result: output takes %d bytes JSON-escaped, more than %d", n, MaxEscapedOutputBytes)
 		}
 		if !utf8.ValidString(p.Output) {
 			return errf(Internal, "poll result: output is not valid utf-8")

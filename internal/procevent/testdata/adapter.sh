@@ -13,7 +13,8 @@
 #   noisy-fail (two lines on stderr, one with an escape sequence, then exit 3),
 #   stderr-flood (9,000 bytes on stderr, then a result),
 #   gate (write $state/started.<source-id>, wait for $state/release, result),
-#   slow (record start and end times in $state/times, sleep 2, result).
+#   slow (record start and end times in $state/times, sleep 2, result),
+#   file (the result object is the content of $state/poll-result, verbatim).
 # classify: the token in mode-classify (default fake-class).
 # terminal, silent: true or false (default false), crash, or slow-true (sleep
 #   4 s, then true).
@@ -46,6 +47,7 @@ case $op:$mode in
 poll: | poll:result) result "event $src $rid" ;;
 poll:text:*) result "${mode#text:}" ;;
 poll:no-result) ok '{"output":"","status":"no-result"}' ;;
+poll:file) ok "$(cat "$state/poll-result")" ;;
 poll:crash) kill -KILL $$ ;;
 poll:exit7) exit 7 ;;
 poll:hang) sleep 60 ;;
