@@ -55,17 +55,19 @@ func TestEveryInBoundsResultIsCarried(t *testing.T) {
 			result := filepath.Join(f.h.Inbox(), id+".1.result")
 			out := f.ok("procevent", "start", id)
 			if over {
-				want := string(protocol.EvidenceFor(errcode.New(errcode.ResponseOversized, "x"), extID)) + "\n"
-				if got := f.read(result); got != want {
-					t.Errorf("%s: one more (%d bytes, %d escaped): captured %.80q, want the evidence %s", c.name, len(output), protocol.EscapedLen(output), got, want)
+				var ev protocol.Evidence
+				got := f.read(result)
+				if err := strictjson.Decode([]byte(strings.TrimSuffix(got, "\n")), 4096, "evidence", &ev); err != nil ||
+					ev.Code != string(errcode.ResponseOversized) || ev.ExtensionID != extID || ev.Operation != protocol.OpPoll {
+					t.Errorf("%s: one more (%d bytes, %d escaped): captured %.80q, want response-oversized evidence of %s", c.name, len(output), protocol.EscapedLen(output), got, extID)
 				}
-				if !strings.HasPrefix(out, "captured: "+result+"\n") {
+				if !strings.HasPrefix(out, "captured: "+result+" (evidence: response-oversized)\n") {
 					t.Errorf("%s: one more: start printed %q", c.name, out)
 				}
 				f.ok("procevent", "retire", id, "--if-owner", tok)
 				continue
 			}
-			if want := "captured: " + result + "\nretired: " + id + " (terminal)\n"; out != want {
+			if want := "captured: " + result + "\nsilenced: " + id + " 1\nretired: " + id + " (terminal)\n"; out != want {
 				t.Fatalf("%s: start printed %q, want %q", c.name, out, want)
 			}
 			if got := f.read(result); got != output {
