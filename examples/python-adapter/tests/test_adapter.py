@@ -121,6 +121,11 @@ class Handshake(unittest.TestCase):
             "other version": handshake_request(extension_version="1.0.1"),
             "no protocol 1": handshake_request(host_protocols=[2]),
             "protocol as float": handshake_request(host_protocols=[1.0]),
+            "repeated protocol": handshake_request(host_protocols=[1, 1]),
+            "protocol 0": handshake_request(host_protocols=[0, 1]),
+            "protocol past 2^31-1": handshake_request(host_protocols=[1, 2 ** 31]),
+            "repeated capability version": handshake_request(capability=dict(cap, versions=[1, 1])),
+            "capability version past 2^31-1": handshake_request(capability=dict(cap, versions=[1, 10 ** 30])),
             "other adapter": handshake_request(capability=dict(cap, adapter_names=["other"])),
             "no capability version 1": handshake_request(capability=dict(cap, versions=[2])),
             "empty subset": handshake_request(capability=dict(cap, adapter_names=[])),
@@ -139,7 +144,12 @@ class Invoke(unittest.TestCase):
     def test_refusals_are_answered_with_the_request_id(self):
         inp = {"source_id": "s1", "config_ref": "dir:/tmp"}
         cases = {
-            "unknown operation": (request("source.peek", inp), "invalid-request"),
+            "unknown operation": (request("source.peek", inp), "incompatible"),
+            "host protocol as float": (request("source.poll", inp, host_protocol=1.0), "invalid-request"),
+            "host protocol as boolean": (request("source.poll", inp, host_protocol=True), "invalid-request"),
+            "capability version as float": (request("source.poll", inp, capability_version=1.0), "invalid-request"),
+            "sequence past 2^63-1": (request("result.silent", {"source_id": "s1", "sequence": 2 ** 63, "content": "x"}),
+                                     "invalid-request"),
             "other adapter": (request("source.poll", inp, adapter="other"), "incompatible"),
             "other extension": (request("source.poll", inp, extension_id="org.example.x"), "incompatible"),
             "capability version 2": (request("source.poll", inp, capability_version=2), "incompatible"),
@@ -182,6 +192,16 @@ class Invoke(unittest.TestCase):
             with self.subTest(op):
                 resp = respond(Broken(), request(op, inp))
                 self.assertEqual(resp["error"]["code"], "internal")
+
+    def test_an_oversize_response_is_internal(self):
+        # 32,768 control characters are a valid output that escapes to six
+        # times its size: the handler's bug, answered internal (as the Go SDK does).
+        class Escaping(pyspool.Spool):
+            def poll(self, call, inp):
+                return {"status": "result", "output": "\x01" * fmadapter.MAX_OUTPUT}
+
+        resp = respond(Escaping(), request("source.poll", {"source_id": "s1", "config_ref": "dir:/tmp"}))
+        self.assertEqual(resp["error"]["code"], "internal")
 
     def test_verdicts(self):
         def verdict(op, content):
