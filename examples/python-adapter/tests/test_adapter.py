@@ -270,6 +270,42 @@ class Poll(unittest.TestCase):
         self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "two")
         self.assertEqual(os.listdir(self.spool), [])
 
+    def test_a_file_replaced_while_it_is_answered_is_not_lost(self):
+        # The producer reuses a name: "latest" is replaced (write, then
+        # rename over it) right after the poll read its first content, while
+        # it stores its answer. The replacement is a new event, not consumed
+        # unread with the first.
+        self.put("latest", b"first")
+        store = pyspool.Replay.store
+        swaps = []
+
+        def store_then_replace(replay, rec):
+            store(replay, rec)
+            if not swaps:
+                tmp = os.path.join(self.spool, ".tmp-latest")
+                with open(tmp, "wb") as f:
+                    f.write(b"second")
+                os.rename(tmp, os.path.join(self.spool, "latest"))
+                swaps.append(1)
+
+        pyspool.Replay.store = store_then_replace
+        try:
+            self.assertEqual(self.poll()["result"]["output"], "first")
+        finally:
+            pyspool.Replay.store = store
+        self.assertEqual(swaps, [1])
+        self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "second")
+
+    def test_a_claimed_file_is_answered_after_a_crash(self):
+        # The poll that claimed "001" died before remembering its answer: the
+        # next poll answers it before anything else.
+        self.put("000", b"zero")
+        os.rename(os.path.join(self.spool, "000"), os.path.join(self.spool, ".py-spool-claim.s1"))
+        self.put("001", b"one")
+        self.assertEqual(self.poll()["result"]["output"], "zero")
+        self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "one")
+        self.assertEqual(os.listdir(self.spool), [])
+
     def test_files_that_cannot_be_outputs_are_set_aside(self):
         cases = {"big": b"x" * (fmadapter.MAX_OUTPUT + 1), "latin1": b"caf\xe9", "controls": b"\x01" * 11000}
         for name, data in cases.items():
