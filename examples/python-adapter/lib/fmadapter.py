@@ -364,7 +364,7 @@ class _Log:
         try:
             self.stream.write(data)
             self.stream.flush()
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a closed stream
             pass
 
 
@@ -385,13 +385,16 @@ def _guard_stdout():
     """Move the response channel off fd 1; return a binary stream for it.
 
     The response goes out on a private, non-inheritable duplicate of the real
-    stdout; fd 1 and sys.stdout then point at stderr, so print() in a handler
-    or a child process writing to its stdout lands on stderr instead of
-    corrupting the one response document.
+    stdout; fd 1 then points at stderr, and sys.stdout is a stream of its own
+    on a duplicate of that, so print() in a handler or a child process
+    writing to its stdout lands on stderr instead of corrupting the one
+    response document, and a handler that closes sys.stdout does not close
+    stderr. Nothing points fd 1 back: a thread still printing after serve
+    returns writes to stderr too.
     """
     private = os.dup(1)  # os.dup makes it non-inheritable: children never get it
     os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    sys.stdout = open(os.dup(1), "w", buffering=1, encoding=sys.stderr.encoding, errors=sys.stderr.errors)
     return os.fdopen(private, "wb")
 
 

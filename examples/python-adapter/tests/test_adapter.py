@@ -471,6 +471,36 @@ class Entrypoint(unittest.TestCase):
             self.assertIn(line, p.stderr)
         self.assertNotIn(b"leak", p.stdout + p.stderr)
 
+    def test_careless_handlers_cannot_break_the_response_or_stderr(self):
+        # A handler that closes sys.stdout (closing what serve made of it,
+        # not stderr), prints to the interpreter's original stdout, and runs
+        # a shell that inherits every descriptor it may (os.system closes
+        # none): the response is whole, its logs reach stderr, and the
+        # private response descriptor is not inherited.
+        script = (
+            "import os, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "import fmadapter\n"
+            "class H:\n"
+            "    def poll(self, call, inp):\n"
+            "        sys.stdout.close()\n"
+            "        print('stderr after closing stdout', file=sys.stderr)\n"
+            "        call.log('log after closing stdout')\n"
+            "        os.system('for fd in 3 4 5 6 7 8 9; do (echo leak >&$fd) 2>/dev/null; done')\n"
+            "        print('to the original stdout', file=sys.__stdout__, flush=True)\n"
+            "        return {'status': 'result', 'output': 'clean'}\n"
+            "sys.exit(fmadapter.serve(fmadapter.Identity(%r, '1.0.0', ['py-spool']), H()))\n"
+        ) % (os.path.join(self.pkg, "lib"), ID)
+        req = request("source.poll", {"source_id": "s1", "config_ref": "x"})
+        p = subprocess.run([sys.executable, "-B", "-c", script, "invoke"], input=fmadapter.canonical(req),
+                           capture_output=True, env={"PATH": HOST_PATH, "LANG": "C", "LC_ALL": "C"}, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(fmadapter.strict_loads(p.stdout)["result"], {"status": "result", "output": "clean"},
+                         p.stdout[-500:] + p.stderr[-500:])
+        for line in (b"stderr after closing stdout\n", b"log after closing stdout\n", b"to the original stdout\n"):
+            self.assertIn(line, p.stderr)
+        self.assertNotIn(b"leak", p.stdout + p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
