@@ -407,6 +407,7 @@ def serve(identity, handler, argv=None, stdin=None, env=None):
         errstream.write(b"usage: firstmate-extension handshake|invoke\n")
         return 2
     log = _Log(errstream)
+    pid = os.getpid()
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     response = _guard_stdout()
@@ -424,6 +425,11 @@ def serve(identity, handler, argv=None, stdin=None, env=None):
             log("adapter: invoke refused: %s" % e)
             return 1
         out = respond(identity, handler, req, rid, env, log)
+        if os.getpid() != pid:
+            # A process the handler forked that returned from it too: only
+            # the entrypoint answers, once.
+            log("adapter: a process forked by the handler returned from it; it exits without answering")
+            os._exit(0)
     response.write(out)
     response.flush()
     return 0

@@ -501,6 +501,25 @@ class Entrypoint(unittest.TestCase):
             self.assertIn(line, p.stderr)
         self.assertNotIn(b"leak", p.stdout + p.stderr)
 
+    def test_a_forked_child_returning_from_the_handler_does_not_answer(self):
+        # A handler that forks for background work and forgets os._exit in
+        # the child: both processes return from it, only the entrypoint answers.
+        script = (
+            "import os, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "import fmadapter\n"
+            "class H:\n"
+            "    def classify(self, call, inp):\n"
+            "        os.fork()\n"
+            "        return {'classification': 'forked'}\n"
+            "sys.exit(fmadapter.serve(fmadapter.Identity(%r, '1.0.0', ['py-spool']), H()))\n"
+        ) % (os.path.join(self.pkg, "lib"), ID)
+        req = request("result.classify", {"source_id": "s1", "sequence": 1, "content": "x"})
+        p = subprocess.run([sys.executable, "-B", "-c", script, "invoke"], input=fmadapter.canonical(req),
+                           capture_output=True, env={"PATH": HOST_PATH, "LANG": "C", "LC_ALL": "C"}, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(fmadapter.strict_loads(p.stdout)["result"], {"classification": "forked"}, p.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
