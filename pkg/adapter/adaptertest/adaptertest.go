@@ -151,7 +151,10 @@ var stdoutMu sync.Mutex
 // os.Stdout) is reported as Outcome.Stray instead of passing silently: the
 // response reaches the host only through the SDK. The capture is read
 // through a handle of its own, so a handler that closes os.Stdout hides
-// nothing. Runs of harnesses are serialized for that; code outside the
+// nothing. What it cannot see is a writer that took os.Stdout before the
+// run (a package-level log.New(os.Stdout, …)) or a raw write to fd 1: those
+// reach fd 1 itself, where the test framework writes too. Under Serve they
+// land on stderr all the same. Runs of harnesses are serialized for that; code outside the
 // handler that prints to os.Stdout while a run is under way (another
 // parallel test) is captured too, and under the race detector its reading
 // of the os.Stdout variable is reported as a data race with the harness:
