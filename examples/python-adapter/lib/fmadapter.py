@@ -398,19 +398,29 @@ def _guard_stdout():
     return os.fdopen(private, "wb")
 
 
-def serve(identity, handler, argv=None, stdin=None, env=None):
-    """Run the entrypoint: dispatch argv[1], answer, and return the exit status."""
+def serve(identity, handler, argv=None, stdin=None, env=None, stdout=None, stderr=None):
+    """Run the entrypoint: dispatch argv[1], answer, and return the exit status.
+
+    With stdout None (the entrypoint), the response goes to the process's
+    stdout, guarded as _guard_stdout says, and SIGTERM and SIGINT set
+    stopping(). A test passes binary streams instead: the response is written
+    to stdout and the log to stderr, and neither fd 1, sys.stdout nor the
+    signal handlers of the process are touched, so serve can be called again.
+    """
     argv = sys.argv if argv is None else argv
     env = os.environ if env is None else env
-    errstream = sys.stderr.buffer
+    errstream = sys.stderr.buffer if stderr is None else stderr
     if len(argv) != 2 or argv[1] not in ("handshake", "invoke"):
         errstream.write(b"usage: firstmate-extension handshake|invoke\n")
         return 2
     log = _Log(errstream)
     pid = os.getpid()
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    response = _guard_stdout()
+    if stdout is None:
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+        response = _guard_stdout()
+    else:
+        response = stdout
     data = (stdin if stdin is not None else sys.stdin.buffer).read(MAX_ENVELOPE + 1)
     if argv[1] == "handshake":
         try:

@@ -203,6 +203,25 @@ class Invoke(unittest.TestCase):
         resp = respond(Escaping(), request("source.poll", {"source_id": "s1", "config_ref": "dir:/tmp"}))
         self.assertEqual(resp["error"]["code"], "internal")
 
+    def test_serve_in_process_with_streams_leaves_the_process_alone(self):
+        # A test that calls serve with its own streams gets the responses
+        # there, twice in a row, and the process keeps its stdout and its
+        # SIGINT (Ctrl-C still stops the test run).
+        import io
+        import signal
+        fd1, stdout, sigint = os.fstat(1), sys.stdout, signal.getsignal(signal.SIGINT)
+        for rid in (RID, "sha256:" + "3" * 64):
+            out = io.BytesIO()
+            req = request("result.classify", {"source_id": "s1", "sequence": 1, "content": "x"}, rid=rid)
+            code = fmadapter.serve(pyspool.IDENTITY, pyspool.Spool(), argv=["bin/firstmate-extension", "invoke"],
+                                   stdin=io.BytesIO(fmadapter.canonical(req)), env={}, stdout=out)
+            self.assertEqual(code, 0)
+            resp = fmadapter.strict_loads(out.getvalue())
+            self.assertEqual((resp["request_id"], resp["result"]), (rid, {"classification": "py-spool"}))
+        self.assertIs(sys.stdout, stdout)
+        self.assertEqual((os.fstat(1).st_dev, os.fstat(1).st_ino), (fd1.st_dev, fd1.st_ino))
+        self.assertIs(signal.getsignal(signal.SIGINT), sigint)
+
     def test_verdicts(self):
         def verdict(op, content):
             resp = respond(pyspool.Spool(), request(op, {"source_id": "s1", "sequence": 3, "content": content}))
