@@ -2,6 +2,7 @@
 package docs
 
 import (
+	"bytes"
 	"encoding/xml"
 	"go/ast"
 	"go/parser"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/protocol"
@@ -345,6 +347,155 @@ func TestConformanceTableIsCurrent(t *testing.T) {
 	if n, m := strings.Count(string(want), "\n| [`["), len(specClauses(t)); n != m {
 		t.Errorf("docs/conformance.md has %d rows, docs/spec.md defines %d clauses", n, m)
 	}
+
+	// The table does not depend on the locale of whoever regenerates it: an
+	// en_US.UTF-8 collation (which sorts "bind_refusals" before "bind.")
+	// gives the same bytes. The locale is compiled here when the system has
+	// its source but not the compiled locale.
+	locales := t.TempDir()
+	if _, err := os.Stat("/usr/share/i18n/locales/en_US"); err != nil {
+		t.Log("no en_US locale source; the locale check is skipped")
+		return
+	}
+	if msg, err := exec.Command("localedef", "-i", "en_US", "-f", "UTF-8", filepath.Join(locales, "en_US.UTF-8")).CombinedOutput(); err != nil {
+		t.Logf("localedef: %v %s; the locale check is skipped", err, msg)
+		return
+	}
+	cmd = exec.Command("bash", "../scripts/conformance.sh")
+	cmd.Env = append(os.Environ(), "OUT="+out, "LOCPATH="+locales, "LC_ALL=en_US.UTF-8")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("conformance.sh under en_US.UTF-8: %v\n%s", err, msg)
+	}
+	if other, _ := os.ReadFile(out); string(other) != string(want) {
+		t.Errorf("conformance.sh writes another table under LC_ALL=en_US.UTF-8")
+	}
+}
+
+// citedClauses maps each clause id cited in a text file of the repository
+// at root to the files (relative to root) that cite it. Every file that
+// repoFiles lists is read but binary ones (a NUL byte, or not UTF-8): a
+// citation in a shell or Python script, or in an extensionless entrypoint,
+// counts as one in Go.
+func citedClauses(root string) (map[string][]string, error) {
+	files, err := repoFiles(root)
+	if err != nil {
+		return nil, err
+	}
+	cited := map[string][]string{}
+	for _, rel := range files {
+		data, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			return nil, err
+		}
+		if bytes.IndexByte(data, 0) >= 0 || !utf8.Valid(data) {
+			continue
+		}
+		for _, m := range clauseID.FindAllStringSubmatch(string(data), -1) {
+			if !slices.Contains(cited[m[1]], rel) {
+				cited[m[1]] = append(cited[m[1]], rel)
+			}
+		}
+	}
+	return cited, nil
+}
+
+// repoFiles lists the regular files of the repository at root, relative to
+// it: what `git ls-files` lists in a work tree (so a virtualenv or a tool's
+// cache inside the tree is never read; conformance.sh reads the same set),
+// else, where git is missing or refuses (a copy of the sources, another
+// owner), every file under root but .git.
+func repoFiles(root string) ([]string, error) {
+	var files []string
+	if out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output(); err == nil && len(out) > 0 {
+		for _, rel := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+			if fi, err := os.Lstat(filepath.Join(root, rel)); err == nil && fi.Mode().IsRegular() {
+				files = append(files, rel)
+			}
+		}
+		return files, nil
+	}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, rel)
+		}
+		return nil
+	})
+	return files, err
+}
+
+// citedClauses reads every kind of file a citation can hide in: a tree with
+// one citation per kind yields each of them, and a binary file none; in a
+// git work tree it reads what git lists.
+func TestCitedClausesReadsEveryTextFile(t *testing.T) {
+	root := t.TempDir()
+	// cite spells a citation that this file itself does not hold.
+	cite := func(id string) string { return "[" + id + "-1]" }
+	files := map[string]string{
+		"a.go":                      "// " + cite("GOO") + "\n",
+		"b.md":                      cite("MDD") + "\n",
+		"c/script/d.txtar":          "# " + cite("TXT") + "\n",
+		"e/fake.sh":                 "# " + cite("SHH") + "\n",
+		"f/lib/g.py":                "# " + cite("PYY") + "\n",
+		"f/bin/firstmate-extension": "#!/usr/bin/env python3\n# " + cite("BIN") + "\n",
+		".ci/run":                   "# " + cite("CII") + "\n",
+		"h.bin":                     "\x00" + cite("NUL"),
+		"i.dat":                     "\xff" + cite("UTF"),
+		".git/objects/x":            cite("GIT"),
+	}
+	for name, data := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cited, err := citedClauses(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for id := range cited {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	if want := []string{"BIN-1", "CII-1", "GOO-1", "MDD-1", "PYY-1", "SHH-1", "TXT-1"}; !slices.Equal(ids, want) {
+		t.Errorf("cited %v, want %v", ids, want)
+	}
+
+	// In a git work tree, only what git lists: not a virtualenv left in it.
+	if _, err := exec.LookPath("git"); err != nil {
+		return
+	}
+	work := t.TempDir()
+	for name, data := range map[string]string{"k.sh": cite("TRK"), ".venv/lib/l.py": cite("VEN")} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(work, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "k.sh"}} {
+		if out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	cited, err = citedClauses(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cited["TRK-1"]; !ok || len(cited) != 1 {
+		t.Errorf("in a work tree: cited %v, want only TRK-1", cited)
+	}
 }
 
 // clauseID is a clause id as code, tests and docs cite it.
@@ -384,35 +535,13 @@ func specClauses(t *testing.T) []string {
 }
 
 // The project stands on its own: every clause id cited anywhere in
-// the repository (Go files, Markdown pages, testscript files; spec.md's own
-// cross-references included) is defined in docs/spec.md, and every clause
-// spec.md defines is cited somewhere outside it (TestConformanceTableIsCurrent
-// further demands a test for each).
+// the repository (Go, Python and shell code, scripts, Markdown pages,
+// testscript files; spec.md's own cross-references included) is defined in
+// docs/spec.md, and every clause spec.md defines is cited somewhere outside it
+// (TestConformanceTableIsCurrent further demands a test for each).
 func TestEveryCitedClauseIsDefined(t *testing.T) {
 	defined := specClauses(t)
-	cited := map[string][]string{}
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !(strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".md") || strings.HasSuffix(path, ".txtar")) {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("..", path)
-		for _, m := range clauseID.FindAllStringSubmatch(string(data), -1) {
-			if !slices.Contains(cited[m[1]], rel) {
-				cited[m[1]] = append(cited[m[1]], rel)
-			}
-		}
-		return nil
-	})
+	cited, err := citedClauses("..")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@
 # above it or anywhere in its body; a testscript file cites it anywhere.
 # Usage: bash scripts/conformance.sh   (OUT=<file> writes elsewhere)
 set -euo pipefail
+# Bytewise sorting whatever the caller's locale, so the table is the same everywhere.
+export LC_ALL=C
 cd "$(dirname "$0")/.."
 spec=docs/spec.md
 out=${OUT:-docs/conformance.md}

@@ -92,10 +92,11 @@
 // # Rules for the author
 //
 //   - Never write to stdout: on the wire it carries the one response
-//     document. Serve protects you from a slip: while your code runs, fd 1
-//     and os.Stdout point at stderr and the response goes out on a private
-//     descriptor, so a stray fmt.Println becomes a line of stderr instead of
-//     a broken response (a program that bypasses Serve has no such guard).
+//     document. Serve protects you from a slip: from its start until the
+//     process exits, fd 1 and os.Stdout point at stderr and the response
+//     goes out on a private descriptor, so a stray fmt.Println (even from a
+//     goroutine that outlives your method) becomes a line of stderr instead
+//     of a broken response (a program that bypasses Serve has no such guard).
 //     adaptertest fails a test whose handler writes to os.Stdout all the
 //     same, because those bytes count against the stderr bound. Logs go to
 //     stderr, preferably through Call.Logf. The host counts stderr, refuses

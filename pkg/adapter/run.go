@@ -165,14 +165,19 @@ const usageText = "usage: %s handshake|invoke\n" +
 // streams and environment, and exits with Run's status. It never returns.
 // SIGTERM and SIGINT cancel the context handed to h.
 //
-// While h runs, file descriptor 1 is not the response channel: Serve writes
-// the response through a private duplicate of the real stdout and points
-// fd 1 and os.Stdout at stderr, so a stray fmt.Println (or a child process
-// writing to the stdout it inherited) ends up on stderr, within the host's
-// 8,192-byte bound, instead of breaking the response.
+// From its start until the process exits, file descriptor 1 is not the
+// response channel: Serve writes the response through a private duplicate
+// of the real stdout and points fd 1 and os.Stdout at stderr, so a stray
+// fmt.Println (or a child process writing to the stdout it inherited, or a
+// goroutine still printing after the handler returned) ends up on stderr
+// instead of breaking the response. There it counts against the host's
+// 8,192-byte stderr bound: a handler that prints more than that fails the
+// invocation with stderr-oversized.
 func Serve(h Handler) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := RunContext(ctx, EnvFromOS(), os.Args, os.Stdin, os.Stdout, os.Stderr, h)
+	// Never restored: the process exits right after the response.
+	stdout, _ := guardStdout(os.Stdout)
+	code := RunContext(ctx, EnvFromOS(), os.Args, os.Stdin, stdout, os.Stderr, h)
 	stop()
 	os.Exit(code)
 }

@@ -14,14 +14,19 @@ import (
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
 )
 
-// asNoisyEntrypoint makes the test binary serve noisy{} instead of running
-// the tests: TestStrayStdoutCannotCorruptTheResponse runs it as a package
-// entrypoint.
-const asNoisyEntrypoint = "ADAPTER_TEST_NOISY_ENTRYPOINT"
+// asEntrypoint makes the test binary serve one of the careless handlers
+// below, by name, instead of running the tests: the stray-stdout tests run
+// it as a package entrypoint.
+const asEntrypoint = "ADAPTER_TEST_ENTRYPOINT"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asNoisyEntrypoint) == "1" {
+	switch os.Getenv(asEntrypoint) {
+	case "noisy":
 		adapter.Serve(noisy{})
+	case "late-printer":
+		adapter.Serve(latePrinter{})
+	case "stdout-closer":
+		adapter.Serve(stdoutCloser{})
 	}
 	os.Exit(m.Run())
 }
@@ -68,6 +73,13 @@ func (noisy) Silent(context.Context, *adapter.Call, adapter.ResultInput) (adapte
 // argv [entrypoint, verb], one request on stdin, the minimal environment.
 func runNoisy(t *testing.T, verb string, req any) (stdout, stderr []byte) {
 	t.Helper()
+	return runAs(t, "noisy", verb, req)
+}
+
+// runAs runs the test binary as the entrypoint of the handler named, as
+// runNoisy does.
+func runAs(t *testing.T, handler, verb string, req any) (stdout, stderr []byte) {
+	t.Helper()
 	data, err := adapter.Canonical(req)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +93,7 @@ func runNoisy(t *testing.T, verb string, req any) (stdout, stderr []byte) {
 	cmd.Dir = t.TempDir()
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C", "LC_ALL=C",
 		"FIRSTMATE_EXTENSION_ID=org.example.noisy", "FIRSTMATE_EXTENSION_VERSION=1.0.0",
-		"FIRSTMATE_EXTENSION_STATE=" + t.TempDir(), asNoisyEntrypoint + "=1"}
+		"FIRSTMATE_EXTENSION_STATE=" + t.TempDir(), asEntrypoint + "=" + handler}
 	cmd.Stdin = bytes.NewReader(data)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -137,4 +149,80 @@ type quiet struct{ noisy }
 
 func (quiet) Identity() adapter.Identity {
 	return adapter.Identity{ExtensionID: "org.example.noisy", ExtensionVersion: "1.0.0", AdapterNames: []string{"noisy"}}
+}
+
+// latePrinter's Poll leaves a goroutine printing to stdout in a loop and
+// returns once it is under way: the careless author's progress ticker that
+// was never stopped.
+type latePrinter struct{ quiet }
+
+func (latePrinter) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.PollResult, error) {
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		for {
+			fmt.Println("still printing")
+		}
+	}()
+	<-started
+	return adapter.Output("the real output"), nil
+}
+
+// stdoutCloser's Poll closes os.Stdout (as a library "cleaning up" might),
+// then logs.
+type stdoutCloser struct{ quiet }
+
+func (stdoutCloser) Poll(_ context.Context, call *adapter.Call, _ adapter.PollInput) (adapter.PollResult, error) {
+	os.Stdout.Close()
+	fmt.Fprintln(os.Stderr, "stderr after closing stdout")
+	call.Logf("Logf after closing stdout")
+	return adapter.Output("the real output"), nil
+}
+
+// checkPollResponse fails t unless stdout is exactly the one response to req
+// with the output "the real output".
+func checkPollResponse(t *testing.T, req *adapter.Request, stdout []byte) {
+	t.Helper()
+	r, err := adapter.DecodeResponse(stdout)
+	if err != nil {
+		t.Fatalf("invoke response: %v\nstdout: %.300q", err, stdout)
+	}
+	if !r.OK || r.RequestID != req.RequestID {
+		t.Fatalf("response %+v", r)
+	}
+	if res, err := adapter.DecodePollResult(r.Result); err != nil || res.Output != "the real output" {
+		t.Fatalf("result %s: %v", r.Result, err)
+	}
+}
+
+// [EX-2] [INV-4] Under Serve, a goroutine of the handler that goes on
+// printing to stdout after the handler returned (until the process exits)
+// never reaches the response channel: fd 1 stays pointed at stderr until
+// Serve exits. Run repeatedly, since the window is the few system calls
+// between the response and the exit.
+func TestStdoutAfterTheHandlerReturnsCannotCorruptTheResponse(t *testing.T) {
+	h := adaptertest.New(t, quiet{})
+	req := h.Request("noisy", adapter.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
+	for i := 0; i < 20; i++ {
+		stdout, stderr := runAs(t, "late-printer", "invoke", req)
+		checkPollResponse(t, req, stdout)
+		if !strings.Contains(string(stderr), "still printing\n") {
+			t.Fatalf("run %d: the late lines did not reach stderr: %.200q", i, stderr)
+		}
+	}
+}
+
+// [EX-2] A handler that closes os.Stdout closes only its own view of the
+// diverted stdout: stderr stays open for the handler and for Call.Logf, and
+// the response is whole.
+func TestClosingStdoutInAHandlerKeepsStderr(t *testing.T) {
+	h := adaptertest.New(t, quiet{})
+	req := h.Request("noisy", adapter.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
+	stdout, stderr := runAs(t, "stdout-closer", "invoke", req)
+	checkPollResponse(t, req, stdout)
+	for _, line := range []string{"stderr after closing stdout\n", "Logf after closing stdout\n"} {
+		if !strings.Contains(string(stderr), line) {
+			t.Errorf("%q is missing from stderr: %q", line, stderr)
+		}
+	}
 }

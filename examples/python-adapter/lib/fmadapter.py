@@ -32,6 +32,8 @@ MAX_ENVELOPE = 65536
 MAX_OUTPUT = 32768
 MAX_DIAGNOSTIC = 512
 MAX_DEPTH = 32
+MAX_VERSION = 2 ** 31 - 1  # protocol and capability versions are 1..2^31-1
+MAX_SEQUENCE = 2 ** 63 - 1  # the host's sequence counter never wraps past it
 LOG_BUDGET = 4096
 
 HANDSHAKE_REQUEST = "firstmate.extension-handshake-request.v1"
@@ -153,6 +155,14 @@ def _str(value):
     return type(value) is str
 
 
+def _versions(value, what):
+    """Check a list of versions as the host writes one: non-empty, distinct
+    integers from 1 to MAX_VERSION."""
+    if not isinstance(value, list) or not value or not all(_int(v) and 1 <= v <= MAX_VERSION for v in value) \
+            or len(set(value)) != len(value):
+        raise ValueError("%s is not a non-empty list of distinct integers from 1 to %d" % (what, MAX_VERSION))
+
+
 # --------------------------------------------------------------------------
 # The handler's identity and the handshake.
 
@@ -174,8 +184,8 @@ def answer_handshake(identity, req):
         raise ValueError("request_id is not sha256:<64 hex>")
     if not _str(req["package_digest"]) or not _DIGEST.match(req["package_digest"]):
         raise ValueError("package_digest is not sha256:<64 hex>")
-    protocols = req["host_protocols"]
-    if not isinstance(protocols, list) or not all(_int(p) for p in protocols) or 1 not in protocols:
+    _versions(req["host_protocols"], "host_protocols")
+    if 1 not in req["host_protocols"]:
         raise ValueError("host protocol 1 is not offered")
     if req["extension_id"] != identity.extension_id or req["extension_version"] != identity.version:
         raise ValueError("the request is for another extension or version")
@@ -183,7 +193,8 @@ def answer_handshake(identity, req):
     _exact(cap, "capability", ("name", "versions", "adapter_names"))
     if cap["name"] != CAPABILITY:
         raise ValueError("capability is not %s" % CAPABILITY)
-    if not isinstance(cap["versions"], list) or not all(_int(v) for v in cap["versions"]) or 1 not in cap["versions"]:
+    _versions(cap["versions"], "capability versions")
+    if 1 not in cap["versions"]:
         raise ValueError("capability version 1 is not offered")
     names = cap["adapter_names"]
     if not isinstance(names, list) or not names or not all(_str(n) for n in names) or len(set(names)) != len(names):
@@ -258,15 +269,16 @@ def _check_request(identity, req):
         raise Refused("invalid-request", "schema is not %s" % REQUEST)
     if not _str(req["package_digest"]) or not _DIGEST.match(req["package_digest"]):
         raise Refused("invalid-request", "package_digest is not sha256:<64 hex>")
-    if req["host_protocol"] != 1 or not _int(req["host_protocol"]) or req["capability"] != CAPABILITY \
-            or req["capability_version"] != 1 or not _int(req["capability_version"]):
+    if not _int(req["host_protocol"]) or not _int(req["capability_version"]):
+        raise Refused("invalid-request", "host_protocol and capability_version must be integers")
+    if req["host_protocol"] != 1 or req["capability"] != CAPABILITY or req["capability_version"] != 1:
         raise Refused("incompatible", "not host protocol 1 and %s/1" % CAPABILITY)
     if req["extension_id"] != identity.extension_id or req["extension_version"] != identity.version:
         raise Refused("incompatible", "the request is for another extension or version")
     if req["adapter"] not in identity.adapter_names:
         raise Refused("incompatible", "adapter is not provided by this package")
     if req["operation"] not in OPERATIONS:
-        raise Refused("invalid-request", "unknown operation")
+        raise Refused("incompatible", "unknown operation")
     inp = req["input"]
     if req["operation"] == "source.poll":
         _exact(inp, "input", ("source_id", "config_ref"))
@@ -276,8 +288,8 @@ def _check_request(identity, req):
             raise Refused("invalid-request", "config_ref is not one line of 1..512 bytes")
     else:
         _exact(inp, "input", ("source_id", "sequence", "content"))
-        if not _int(inp["sequence"]) or inp["sequence"] < 1:
-            raise Refused("invalid-request", "sequence is not a positive integer")
+        if not _int(inp["sequence"]) or not 1 <= inp["sequence"] <= MAX_SEQUENCE:
+            raise Refused("invalid-request", "sequence is not an integer from 1 to %d" % MAX_SEQUENCE)
         if not _str(inp["content"]) or len(inp["content"].encode("utf-8")) > MAX_OUTPUT:
             raise Refused("invalid-request", "content is not a string of at most %d bytes" % MAX_OUTPUT)
     if not _str(inp["source_id"]) or not _SOURCE_ID.match(inp["source_id"]):
@@ -323,7 +335,7 @@ def respond(identity, handler, req, rid, env, log):
             raise Refused("internal", "the handler returned an invalid result: %s" % e) from None
         out = canonical({"schema": RESPONSE, "request_id": rid, "ok": True, "result": result, "error": None})
         if len(out) > MAX_ENVELOPE:
-            raise Refused("invalid-request", "the response would be %d bytes, more than %d" % (len(out), MAX_ENVELOPE))
+            raise Refused("internal", "the response would be %d bytes, more than %d" % (len(out), MAX_ENVELOPE))
         return out
     except Refused as e:
         return canonical(_failure(rid, e.code, e.diagnostic, e.retryable))
@@ -352,7 +364,7 @@ class _Log:
         try:
             self.stream.write(data)
             self.stream.flush()
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a closed stream
             pass
 
 
@@ -373,28 +385,42 @@ def _guard_stdout():
     """Move the response channel off fd 1; return a binary stream for it.
 
     The response goes out on a private, non-inheritable duplicate of the real
-    stdout; fd 1 and sys.stdout then point at stderr, so print() in a handler
-    or a child process writing to its stdout lands on stderr instead of
-    corrupting the one response document.
+    stdout; fd 1 then points at stderr, and sys.stdout is a stream of its own
+    on a duplicate of that, so print() in a handler or a child process
+    writing to its stdout lands on stderr instead of corrupting the one
+    response document, and a handler that closes sys.stdout does not close
+    stderr. Nothing points fd 1 back: a thread still printing after serve
+    returns writes to stderr too.
     """
     private = os.dup(1)  # os.dup makes it non-inheritable: children never get it
     os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    sys.stdout = open(os.dup(1), "w", buffering=1, encoding=sys.stderr.encoding, errors=sys.stderr.errors)
     return os.fdopen(private, "wb")
 
 
-def serve(identity, handler, argv=None, stdin=None, env=None):
-    """Run the entrypoint: dispatch argv[1], answer, and return the exit status."""
+def serve(identity, handler, argv=None, stdin=None, env=None, stdout=None, stderr=None):
+    """Run the entrypoint: dispatch argv[1], answer, and return the exit status.
+
+    With stdout None (the entrypoint), the response goes to the process's
+    stdout, guarded as _guard_stdout says, and SIGTERM and SIGINT set
+    stopping(). A test passes binary streams instead: the response is written
+    to stdout and the log to stderr, and neither fd 1, sys.stdout nor the
+    signal handlers of the process are touched, so serve can be called again.
+    """
     argv = sys.argv if argv is None else argv
     env = os.environ if env is None else env
-    errstream = sys.stderr.buffer
+    errstream = sys.stderr.buffer if stderr is None else stderr
     if len(argv) != 2 or argv[1] not in ("handshake", "invoke"):
         errstream.write(b"usage: firstmate-extension handshake|invoke\n")
         return 2
     log = _Log(errstream)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    response = _guard_stdout()
+    pid = os.getpid()
+    if stdout is None:
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+        response = _guard_stdout()
+    else:
+        response = stdout
     data = (stdin if stdin is not None else sys.stdin.buffer).read(MAX_ENVELOPE + 1)
     if argv[1] == "handshake":
         try:
@@ -409,6 +435,11 @@ def serve(identity, handler, argv=None, stdin=None, env=None):
             log("adapter: invoke refused: %s" % e)
             return 1
         out = respond(identity, handler, req, rid, env, log)
+        if os.getpid() != pid:
+            # A process the handler forked that returned from it too: only
+            # the entrypoint answers, once.
+            log("adapter: a process forked by the handler returned from it; it exits without answering")
+            os._exit(0)
     response.write(out)
     response.flush()
     return 0

@@ -121,6 +121,11 @@ class Handshake(unittest.TestCase):
             "other version": handshake_request(extension_version="1.0.1"),
             "no protocol 1": handshake_request(host_protocols=[2]),
             "protocol as float": handshake_request(host_protocols=[1.0]),
+            "repeated protocol": handshake_request(host_protocols=[1, 1]),
+            "protocol 0": handshake_request(host_protocols=[0, 1]),
+            "protocol past 2^31-1": handshake_request(host_protocols=[1, 2 ** 31]),
+            "repeated capability version": handshake_request(capability=dict(cap, versions=[1, 1])),
+            "capability version past 2^31-1": handshake_request(capability=dict(cap, versions=[1, 10 ** 30])),
             "other adapter": handshake_request(capability=dict(cap, adapter_names=["other"])),
             "no capability version 1": handshake_request(capability=dict(cap, versions=[2])),
             "empty subset": handshake_request(capability=dict(cap, adapter_names=[])),
@@ -139,7 +144,12 @@ class Invoke(unittest.TestCase):
     def test_refusals_are_answered_with_the_request_id(self):
         inp = {"source_id": "s1", "config_ref": "dir:/tmp"}
         cases = {
-            "unknown operation": (request("source.peek", inp), "invalid-request"),
+            "unknown operation": (request("source.peek", inp), "incompatible"),
+            "host protocol as float": (request("source.poll", inp, host_protocol=1.0), "invalid-request"),
+            "host protocol as boolean": (request("source.poll", inp, host_protocol=True), "invalid-request"),
+            "capability version as float": (request("source.poll", inp, capability_version=1.0), "invalid-request"),
+            "sequence past 2^63-1": (request("result.silent", {"source_id": "s1", "sequence": 2 ** 63, "content": "x"}),
+                                     "invalid-request"),
             "other adapter": (request("source.poll", inp, adapter="other"), "incompatible"),
             "other extension": (request("source.poll", inp, extension_id="org.example.x"), "incompatible"),
             "capability version 2": (request("source.poll", inp, capability_version=2), "incompatible"),
@@ -182,6 +192,35 @@ class Invoke(unittest.TestCase):
             with self.subTest(op):
                 resp = respond(Broken(), request(op, inp))
                 self.assertEqual(resp["error"]["code"], "internal")
+
+    def test_an_oversize_response_is_internal(self):
+        # 32,768 control characters are a valid output that escapes to six
+        # times its size: the handler's bug, answered internal (as the Go SDK does).
+        class Escaping(pyspool.Spool):
+            def poll(self, call, inp):
+                return {"status": "result", "output": "\x01" * fmadapter.MAX_OUTPUT}
+
+        resp = respond(Escaping(), request("source.poll", {"source_id": "s1", "config_ref": "dir:/tmp"}))
+        self.assertEqual(resp["error"]["code"], "internal")
+
+    def test_serve_in_process_with_streams_leaves_the_process_alone(self):
+        # A test that calls serve with its own streams gets the responses
+        # there, twice in a row, and the process keeps its stdout and its
+        # SIGINT (Ctrl-C still stops the test run).
+        import io
+        import signal
+        fd1, stdout, sigint = os.fstat(1), sys.stdout, signal.getsignal(signal.SIGINT)
+        for rid in (RID, "sha256:" + "3" * 64):
+            out = io.BytesIO()
+            req = request("result.classify", {"source_id": "s1", "sequence": 1, "content": "x"}, rid=rid)
+            code = fmadapter.serve(pyspool.IDENTITY, pyspool.Spool(), argv=["bin/firstmate-extension", "invoke"],
+                                   stdin=io.BytesIO(fmadapter.canonical(req)), env={}, stdout=out)
+            self.assertEqual(code, 0)
+            resp = fmadapter.strict_loads(out.getvalue())
+            self.assertEqual((resp["request_id"], resp["result"]), (rid, {"classification": "py-spool"}))
+        self.assertIs(sys.stdout, stdout)
+        self.assertEqual((os.fstat(1).st_dev, os.fstat(1).st_ino), (fd1.st_dev, fd1.st_ino))
+        self.assertIs(signal.getsignal(signal.SIGINT), sigint)
 
     def test_verdicts(self):
         def verdict(op, content):
@@ -248,6 +287,42 @@ class Poll(unittest.TestCase):
         replay = pyspool.Replay(self.state, "s1")
         replay.store({"request_id": RID, "file": os.path.join(self.spool, "001"), "output": "one", "committed": False})
         self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "two")
+        self.assertEqual(os.listdir(self.spool), [])
+
+    def test_a_file_replaced_while_it_is_answered_is_not_lost(self):
+        # The producer reuses a name: "latest" is replaced (write, then
+        # rename over it) right after the poll read its first content, while
+        # it stores its answer. The replacement is a new event, not consumed
+        # unread with the first.
+        self.put("latest", b"first")
+        store = pyspool.Replay.store
+        swaps = []
+
+        def store_then_replace(replay, rec):
+            store(replay, rec)
+            if not swaps:
+                tmp = os.path.join(self.spool, ".tmp-latest")
+                with open(tmp, "wb") as f:
+                    f.write(b"second")
+                os.rename(tmp, os.path.join(self.spool, "latest"))
+                swaps.append(1)
+
+        pyspool.Replay.store = store_then_replace
+        try:
+            self.assertEqual(self.poll()["result"]["output"], "first")
+        finally:
+            pyspool.Replay.store = store
+        self.assertEqual(swaps, [1])
+        self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "second")
+
+    def test_a_claimed_file_is_answered_after_a_crash(self):
+        # The poll that claimed "001" died before remembering its answer: the
+        # next poll answers it before anything else.
+        self.put("000", b"zero")
+        os.rename(os.path.join(self.spool, "000"), os.path.join(self.spool, ".py-spool-claim.s1"))
+        self.put("001", b"one")
+        self.assertEqual(self.poll()["result"]["output"], "zero")
+        self.assertEqual(self.poll(rid="sha256:" + "2" * 64)["result"]["output"], "one")
         self.assertEqual(os.listdir(self.spool), [])
 
     def test_files_that_cannot_be_outputs_are_set_aside(self):
@@ -414,6 +489,55 @@ class Entrypoint(unittest.TestCase):
         for line in (b"stray print\n", b"stray fd 1\n", b"stray child\n"):
             self.assertIn(line, p.stderr)
         self.assertNotIn(b"leak", p.stdout + p.stderr)
+
+    def test_careless_handlers_cannot_break_the_response_or_stderr(self):
+        # A handler that closes sys.stdout (closing what serve made of it,
+        # not stderr), prints to the interpreter's original stdout, and runs
+        # a shell that inherits every descriptor it may (os.system closes
+        # none): the response is whole, its logs reach stderr, and the
+        # private response descriptor is not inherited.
+        script = (
+            "import os, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "import fmadapter\n"
+            "class H:\n"
+            "    def poll(self, call, inp):\n"
+            "        sys.stdout.close()\n"
+            "        print('stderr after closing stdout', file=sys.stderr)\n"
+            "        call.log('log after closing stdout')\n"
+            "        os.system('for fd in 3 4 5 6 7 8 9; do (echo leak >&$fd) 2>/dev/null; done')\n"
+            "        print('to the original stdout', file=sys.__stdout__, flush=True)\n"
+            "        return {'status': 'result', 'output': 'clean'}\n"
+            "sys.exit(fmadapter.serve(fmadapter.Identity(%r, '1.0.0', ['py-spool']), H()))\n"
+        ) % (os.path.join(self.pkg, "lib"), ID)
+        req = request("source.poll", {"source_id": "s1", "config_ref": "x"})
+        p = subprocess.run([sys.executable, "-B", "-c", script, "invoke"], input=fmadapter.canonical(req),
+                           capture_output=True, env={"PATH": HOST_PATH, "LANG": "C", "LC_ALL": "C"}, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(fmadapter.strict_loads(p.stdout)["result"], {"status": "result", "output": "clean"},
+                         p.stdout[-500:] + p.stderr[-500:])
+        for line in (b"stderr after closing stdout\n", b"log after closing stdout\n", b"to the original stdout\n"):
+            self.assertIn(line, p.stderr)
+        self.assertNotIn(b"leak", p.stdout + p.stderr)
+
+    def test_a_forked_child_returning_from_the_handler_does_not_answer(self):
+        # A handler that forks for background work and forgets os._exit in
+        # the child: both processes return from it, only the entrypoint answers.
+        script = (
+            "import os, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "import fmadapter\n"
+            "class H:\n"
+            "    def classify(self, call, inp):\n"
+            "        os.fork()\n"
+            "        return {'classification': 'forked'}\n"
+            "sys.exit(fmadapter.serve(fmadapter.Identity(%r, '1.0.0', ['py-spool']), H()))\n"
+        ) % (os.path.join(self.pkg, "lib"), ID)
+        req = request("result.classify", {"source_id": "s1", "sequence": 1, "content": "x"})
+        p = subprocess.run([sys.executable, "-B", "-c", script, "invoke"], input=fmadapter.canonical(req),
+                           capture_output=True, env={"PATH": HOST_PATH, "LANG": "C", "LC_ALL": "C"}, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(fmadapter.strict_loads(p.stdout)["result"], {"classification": "forked"}, p.stdout)
 
 
 if __name__ == "__main__":

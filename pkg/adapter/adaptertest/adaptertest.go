@@ -149,17 +149,29 @@ var stdoutMu sync.Mutex
 // While the handler runs, os.Stdout is a capture file, so that what the
 // handler writes there (fmt.Println, a logger or a child process given
 // os.Stdout) is reported as Outcome.Stray instead of passing silently: the
-// response reaches the host only through the SDK. Runs of harnesses are
-// serialized for that; code outside the handler that prints to os.Stdout
-// while a run is under way (another parallel test) is captured too.
+// response reaches the host only through the SDK. The capture is read
+// through a handle of its own, so a handler that closes os.Stdout hides
+// nothing. What it cannot see is a writer that took os.Stdout before the
+// run (a package-level log.New(os.Stdout, …)) or a raw write to fd 1: those
+// reach fd 1 itself, where the test framework writes too. Under Serve they
+// land on stderr all the same. Runs of harnesses are serialized for that; code outside the
+// handler that prints to os.Stdout while a run is under way (another
+// parallel test) is captured too, and under the race detector its reading
+// of the os.Stdout variable is reported as a data race with the harness:
+// do not print to os.Stdout from tests that run in parallel with one.
 func (h *Harness) Raw(verb string, stdin []byte) Outcome {
 	h.T.Helper()
 	capture, err := os.CreateTemp("", "adaptertest-stdout-")
 	if err != nil {
 		h.T.Fatalf("adaptertest: %v", err)
 	}
-	os.Remove(capture.Name()) // kept open, gone from the file system
 	defer capture.Close()
+	captured, err := os.Open(capture.Name())
+	os.Remove(capture.Name()) // both kept open, gone from the file system
+	if err != nil {
+		h.T.Fatalf("adaptertest: %v", err)
+	}
+	defer captured.Close()
 	var stdout, stderr bytes.Buffer
 	stdoutMu.Lock()
 	saved := os.Stdout
@@ -170,10 +182,10 @@ func (h *Harness) Raw(verb string, stdin []byte) Outcome {
 			bytes.NewReader(stdin), &stdout, &stderr, h.Handler)
 	}()
 	out := Outcome{Exit: exit, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
-	if fi, err := capture.Stat(); err == nil && fi.Size() > 0 {
+	if fi, err := captured.Stat(); err == nil && fi.Size() > 0 {
 		out.StrayBytes = fi.Size()
 		out.Stray = make([]byte, min(fi.Size(), maxStray))
-		n, _ := capture.ReadAt(out.Stray, 0)
+		n, _ := captured.ReadAt(out.Stray, 0)
 		out.Stray = out.Stray[:n]
 	}
 	return out

@@ -143,6 +143,15 @@ func (printer) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.
 	return adapter.Output("x"), nil
 }
 
+// closingPrinter's Poll prints to stdout, then closes os.Stdout.
+type closingPrinter struct{ tiny }
+
+func (closingPrinter) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.PollResult, error) {
+	fmt.Println("then closed")
+	os.Stdout.Close()
+	return adapter.Output("x"), nil
+}
+
 // childPrinter's Poll runs a child process whose stdout is os.Stdout.
 type childPrinter struct{ tiny }
 
@@ -182,6 +191,12 @@ func TestHarnessCatchesStrayStdout(t *testing.T) {
 	})
 	if !strings.Contains(msg, `"from-a-child\n"`) {
 		t.Errorf("a child printing to stdout: %q", msg)
+	}
+	msg = fails(t, func(tb testing.TB) {
+		adaptertest.New(tb, closingPrinter{}).Poll("tiny", adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+	})
+	if !strings.Contains(msg, `"then closed\n"`) {
+		t.Errorf("a poll printing to stdout and closing it: %q", msg)
 	}
 	out := adaptertest.New(t, printer{}).Raw("invoke", []byte("{"))
 	if string(out.Stray) != "" || out.Exit != adapter.ExitFailure {
