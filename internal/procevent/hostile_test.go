@@ -1,0 +1,91 @@
+package procevent_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/testpkg"
+)
+
+// [INV-1] [RUN-1] hostile review: while another process keeps renaming a
+// different executable over the bound adapter's installed entrypoint, the
+// polls that start and serve drive never run it. Every poll captures either
+// the verified adapter's result or failure evidence (the call was refused);
+// the replacement's marker never appears. start runs in-process HostileCalls
+// times (every tenth with the swapper held, which must capture a result); serve (a real fm process, 10 ms between polls) runs until it has
+// captured a quarter of that many polls.
+func TestSwapperNeverRunsReplacementInPolls(t *testing.T) {
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	scratch := filepath.Join(f.work, "scratch")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f.mode("terminal", "false")
+	f.mode("silent", "true") // results are marked handled: nothing piles up to announce
+	sw := testpkg.StartSwapper(t, filepath.Join(f.b.PackageRoot, f.b.Entrypoint), scratch)
+	n := testpkg.HostileCalls(t)
+	results, evidence := 0, 0
+	for i := range n {
+		var out *procevent.Outcome
+		var err error
+		start := func() { out, err = procevent.Start(context.Background(), f.h, "s1") }
+		if i%10 == 9 {
+			// Every tenth poll runs with the swapper held: it must
+			// capture the verified adapter's result.
+			if qerr := sw.Quiet(start); qerr != nil {
+				t.Fatal(qerr)
+			}
+			if err == nil && out.Evidence {
+				t.Fatalf("a poll without a swap was refused: %s", f.read(out.Path))
+			}
+		} else {
+			start()
+		}
+		if err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		if out.Status != procevent.Captured {
+			t.Fatalf("start: %+v", out)
+		}
+		body := f.read(out.Path)
+		switch {
+		case out.Evidence && (strings.Contains(body, "integrity-mismatch") || strings.Contains(body, "mode-unsafe")):
+			evidence++
+		case !out.Evidence && strings.HasPrefix(body, "event s1 "):
+			results++
+		default:
+			t.Fatalf("start captured %q (evidence %v)", body, out.Evidence)
+		}
+	}
+	runs, err := sw.Runs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("uid %d, start: %d polls, %d swaps: %d results of the verified adapter, %d refused (evidence); replacement ran %d times", os.Geteuid(), n, sw.Swaps.Load(), results, evidence, runs)
+	if runs != 0 {
+		t.Fatalf("the replacement ran %d times under start", runs)
+	}
+
+	before := len(f.inbox())
+	serve, log := f.serve("--min-gap", "10ms", "--max-backoff", "20ms")
+	waitFor(t, time.Duration(n)*time.Second, "serve's polls", func() bool { return len(f.inbox())-before >= n/4 })
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
+	sw.Stop()
+	runs, err = sw.Runs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("uid %d, serve: %d polls captured, %d swaps in all; replacement ran %d times", os.Geteuid(), len(f.inbox())-before, sw.Swaps.Load(), runs)
+	if runs != 0 {
+		t.Fatalf("the replacement ran %d times under serve\n%s", runs, log)
+	}
+}
