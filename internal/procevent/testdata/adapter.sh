@@ -9,6 +9,7 @@
 # poll modes: result (default; output "event <source-id> <request-id>"),
 #   text:<output>, no-result, crash, exit7, hang, malformed, ok-false,
 #   gate (write $state/started.<source-id>, wait for $state/release, result),
+#   inherit (write its pid to $state/inherit.pid, then exec sleep 3),
 #   slow (record start and end times in $state/times, sleep 2, result).
 # classify: the token in mode-classify (default fake-class).
 # terminal, silent: true or false (default false), crash, or slow-true (sleep
@@ -47,6 +48,11 @@ poll:exit7) exit 7 ;;
 poll:hang) sleep 60 ;;
 poll:malformed) printf '{"error":null,"ok":true,' ;;
 poll:ok-false) printf '{"error":{"code":"unavailable","diagnostic":"PACKAGE-SECRET-TEXT","retryable":true},"ok":false,"request_id":"%s","result":null,"schema":"firstmate.extension-response.v1"}' "$rid" ;;
+poll:inherit)
+	# for the inheritance test: publish this process's pid, then become
+	# sleep (which opens nothing) so the test can read what it inherited.
+	echo $$ >"$state/inherit.tmp" && mv "$state/inherit.tmp" "$state/inherit.pid"
+	exec sleep 3 ;;
 poll:gate)
 	: >"$state/started.$src"
 	i=0
