@@ -7,7 +7,11 @@
 // owner, 0555/0444 modes, no links) and compare the tree, manifest and
 // entrypoint digests; only then run the handshake; only after a matching
 // handshake run the invoke. Any drift refuses before package code runs, so a
-// changed package never executes.
+// changed package never executes. What runs is the entrypoint the rescan
+// hashed, executed through the very descriptor it was hashed from (see
+// verified), and after the handshake and after the invoke the tree is
+// rescanned again: any drift during a call is tamper evidence and refuses
+// its answer.
 package host
 
 import (
