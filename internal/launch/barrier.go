@@ -205,9 +205,10 @@ func clean(first int) error {
 	return nil
 }
 
-// kernelSigaction is the kernel's struct sigaction on the architectures
-// whose handler comes first (amd64, arm64, riscv64, ppc64, s390x, 386, arm);
-// only its zero value (SIG_DFL) is ever passed.
+// kernelSigaction has the size of the kernel's struct sigaction on 64-bit
+// Linux (and more than on 32-bit); only its zero value is ever passed, which
+// is SIG_DFL with no flags and an empty mask whatever the field order of an
+// architecture.
 type kernelSigaction struct {
 	handler  uintptr
 	flags    uint64
