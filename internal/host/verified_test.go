@@ -147,7 +147,7 @@ func TestSwapperNeverRunsReplacement(t *testing.T) {
 				}
 				return err
 			}
-			n := testpkg.HostileCalls(t)
+			n := testpkg.HostileCalls(t, 200)
 			ty := tally{}
 			for i := range n {
 				if i%10 == 9 {

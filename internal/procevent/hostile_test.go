@@ -33,10 +33,7 @@ func TestSwapperNeverRunsReplacementInPolls(t *testing.T) {
 	f.mode("terminal", "false")
 	f.mode("silent", "true") // results are marked handled: nothing piles up to announce
 	sw := testpkg.StartSwapper(t, filepath.Join(f.b.PackageRoot, f.b.Entrypoint), scratch)
-	n := testpkg.HostileCalls(t)
-	if testing.Short() {
-		n /= 4
-	}
+	n := testpkg.HostileCalls(t, 50) // each poll is several calls, and serve a whole fm
 	results, evidence := 0, 0
 	for i := range n {
 		var out *procevent.Outcome

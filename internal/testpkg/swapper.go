@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// HostileCalls is how many calls a hostile-review test makes: 200, or
-// FM_HOSTILE_CALLS (the review's runs use 1000; see docs/reliability.md).
-func HostileCalls(t *testing.T) int {
+// HostileCalls is how many calls a hostile-review test makes: ci (what CI
+// runs, sized to its time), or FM_HOSTILE_CALLS (the review's runs use 1000;
+// see docs/reliability.md).
+func HostileCalls(t *testing.T, ci int) int {
 	if v := os.Getenv("FM_HOSTILE_CALLS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
@@ -22,7 +23,7 @@ func HostileCalls(t *testing.T) int {
 		}
 		return n
 	}
-	return 200
+	return ci
 }
 
 // Swapper renames executables over an installed entrypoint until stopped:
