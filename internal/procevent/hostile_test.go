@@ -94,58 +94,69 @@ func TestSwapperNeverRunsReplacementInPolls(t *testing.T) {
 
 // [INV-2] [INV-3] [GRP-1]: nothing of the operator's shell reaches a
 // package through `fm procevent start`: started as
-// `trap ” PIPE HUP; umask 0; exec 9>lock; exec fm procevent start s1`, the
-// adapter (a script that execs sleep, so nothing of it opens anything) runs
-// with exactly descriptors 0, 1, 2 and 3 (its own verified file), no signal
-// ignored or blocked, and umask 0077.
+// `trap "" PIPE HUP; umask 0; exec 9>lock; exec fm procevent start <id>`, an
+// extension adapter (a script that execs sleep, so nothing of it opens
+// anything) runs with exactly descriptors 0, 1, 2 and 3 (its own verified
+// file), and a built-in adapter's program (sh that execs sleep) with exactly
+// 0, 1, 2; both with no signal ignored or blocked, and umask 0077.
 func TestShellStateDoesNotReachThePackage(t *testing.T) {
 	f := newFixture(t)
 	f.bind()
 	f.registerExt("s1")
 	f.mode("poll", "inherit")
-	lock := filepath.Join(f.work, "serve.lock")
-	cmd := exec.Command("/bin/sh", "-c", `trap '' PIPE HUP; umask 0; exec 9>"$1"; exec fm procevent start s1`, "sh", lock)
-	cmd.Env = f.env
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	builtinPid := filepath.Join(f.work, "builtin.pid")
+	f.ok("procevent", "register", "file-watch", "b1", "--", "/bin/sh", "-c", `echo $$ >"$0.tmp" && mv "$0.tmp" "$0"; exec sleep 3`, builtinPid)
+	for _, tc := range []struct {
+		id, pidFile, fds, fd3 string
+	}{
+		{"s1", filepath.Join(f.extState, "inherit.pid"), "0 1 2 3", filepath.Join(f.b.PackageRoot, f.b.Entrypoint)},
+		{"b1", builtinPid, "0 1 2", ""},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			lock := filepath.Join(f.work, "serve.lock")
+			cmd := exec.Command("/bin/sh", "-c", `trap '' PIPE HUP; umask 0; exec 9>"$1"; exec fm procevent start "$2"`, "sh", lock, tc.id)
+			cmd.Env = f.env
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			var pid string
+			waitFor(t, 20*time.Second, "the adapter's pid", func() bool {
+				b, err := os.ReadFile(tc.pidFile)
+				pid = strings.TrimSpace(string(b))
+				return err == nil
+			})
+			proc := "/proc/" + pid
+			waitFor(t, 10*time.Second, "the adapter to become sleep", func() bool {
+				b, _ := os.ReadFile(proc + "/comm")
+				return strings.TrimSpace(string(b)) == "sleep"
+			})
+			// fm itself did inherit descriptor 9: the test is about what
+			// reaches the package.
+			if _, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/fd/9"); err != nil {
+				t.Fatalf("fm did not inherit descriptor 9: %v", err)
+			}
+			ents, err := os.ReadDir(proc + "/fd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fds []string
+			for _, e := range ents {
+				fds = append(fds, e.Name())
+			}
+			if strings.Join(fds, " ") != tc.fds {
+				t.Errorf("the adapter has descriptors %v, want exactly %s", fds, tc.fds)
+			}
+			if target, _ := os.Readlink(proc + "/fd/3"); tc.fd3 != "" && target != tc.fd3 {
+				t.Errorf("descriptor 3 is %q, want the verified entrypoint", target)
+			}
+			status := f.read(proc + "/status")
+			for _, want := range []string{"SigIgn:\t0000000000000000", "SigBlk:\t0000000000000000", "Umask:\t0077"} {
+				if !strings.Contains(status, want+"\n") {
+					t.Errorf("adapter status lacks %q:\n%s", want, status)
+				}
+			}
+			cmd.Wait()
+		})
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pidFile := filepath.Join(f.extState, "inherit.pid")
-	var pid string
-	waitFor(t, 20*time.Second, "the adapter's pid", func() bool {
-		b, err := os.ReadFile(pidFile)
-		pid = strings.TrimSpace(string(b))
-		return err == nil
-	})
-	proc := "/proc/" + pid
-	waitFor(t, 10*time.Second, "the adapter to become sleep", func() bool {
-		b, _ := os.ReadFile(proc + "/comm")
-		return strings.TrimSpace(string(b)) == "sleep"
-	})
-	// fm itself did inherit descriptor 9: the test is about what reaches
-	// the package.
-	if _, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/fd/9"); err != nil {
-		t.Fatalf("fm did not inherit descriptor 9: %v", err)
-	}
-	ents, err := os.ReadDir(proc + "/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fds []string
-	for _, e := range ents {
-		fds = append(fds, e.Name())
-	}
-	if strings.Join(fds, " ") != "0 1 2 3" {
-		t.Errorf("the adapter has descriptors %v, want exactly 0 1 2 3", fds)
-	}
-	if target, _ := os.Readlink(proc + "/fd/3"); target != filepath.Join(f.b.PackageRoot, f.b.Entrypoint) {
-		t.Errorf("descriptor 3 is %q, want the verified entrypoint", target)
-	}
-	status := f.read(proc + "/status")
-	for _, want := range []string{"SigIgn:\t0000000000000000", "SigBlk:\t0000000000000000", "Umask:\t0077"} {
-		if !strings.Contains(status, want+"\n") {
-			t.Errorf("adapter status lacks %q:\n%s", want, status)
-		}
-	}
-	cmd.Wait()
 }
