@@ -7,7 +7,11 @@
 // owner, 0555/0444 modes, no links) and compare the tree, manifest and
 // entrypoint digests; only then run the handshake; only after a matching
 // handshake run the invoke. Any drift refuses before package code runs, so a
-// changed package never executes.
+// changed package never executes. What runs is the entrypoint the rescan
+// hashed, executed through the very descriptor it was hashed from (see
+// verified), and after the handshake and after the invoke the tree is
+// rescanned again: any drift during a call is tamper evidence and refuses
+// its answer.
 package host
 
 import (
@@ -291,13 +295,47 @@ func checkEntrypoint(tree *pkgtree.Tree, rel, root string) (string, error) {
 // the complete installed tree, its digest, the manifest digest and the
 // entrypoint digest.
 func Revalidate(rec *binding.Record) error {
-	if _, err := os.Lstat(rec.PackageRoot); os.IsNotExist(err) {
-		return errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
-	}
-	tree, err := pkgtree.Scan(rec.PackageRoot, pkgtree.Installed)
+	v, err := verify(rec)
 	if err != nil {
 		return err
 	}
+	v.close()
+	return nil
+}
+
+// verified is an installed package proved, by one scan, to match its
+// binding ([INV-1]): the stamp of the inodes that scan validated, and the
+// entrypoint open through the very descriptor whose bytes it hashed. Every
+// launch of the package executes that descriptor (launch.Spec.Exec), so
+// what runs is the inode whose digest was checked, never a file looked up
+// by name again; see "Only what was verified runs" in docs/architecture.md.
+type verified struct {
+	stamp string
+	entry *os.File
+}
+
+func (v *verified) close() { v.entry.Close() }
+
+// verify scans rec's installed tree and checks it against rec, keeping the
+// entrypoint open.
+func verify(rec *binding.Record) (*verified, error) {
+	if _, err := os.Lstat(rec.PackageRoot); os.IsNotExist(err) {
+		return nil, errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
+	}
+	tree, err := pkgtree.ScanWith(rec.PackageRoot, pkgtree.Installed, pkgtree.Options{Keep: rec.Entrypoint})
+	if err != nil {
+		return nil, err
+	}
+	v := &verified{stamp: tree.Stamp, entry: tree.Kept}
+	if err := matches(rec, tree); err != nil {
+		v.close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// matches checks a scanned tree against rec's digests.
+func matches(rec *binding.Record, tree *pkgtree.Tree) error {
 	if tree.Digest != rec.PackageDigest {
 		return errcode.New(errcode.IntegrityMismatch, "installed package %q no longer has digest %s; it was changed after bind", rec.PackageRoot, rec.PackageDigest)
 	}
@@ -310,6 +348,26 @@ func Revalidate(rec *binding.Record) error {
 	}
 	if d != rec.EntrypointSHA256 {
 		return errcode.New(errcode.IntegrityMismatch, "installed entrypoint %q does not match entrypoint_sha256", rec.Entrypoint)
+	}
+	return nil
+}
+
+// recheck rescans rec's installed tree after package code ran and proves it
+// is still the one v verified: the same inodes, unchanged, with the same
+// digests. Any drift is tamper evidence, integrity-mismatch whatever the
+// rescan found (a file made writable, a link, a missing store copy): the
+// call's outcome is refused, and since the tree no longer matches its
+// binding, every later call refuses before running anything.
+func (v *verified) recheck(rec *binding.Record, after string) error {
+	tree, err := pkgtree.Scan(rec.PackageRoot, pkgtree.Installed)
+	if err == nil {
+		err = matches(rec, tree)
+	}
+	if err == nil && tree.Stamp != v.stamp {
+		err = errcode.New(errcode.IntegrityMismatch, "a file or directory was replaced, written or chmod'ed (same digest, other inode or change time)")
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "installed package %q changed while the %s ran (tamper evidence; the result is refused and %s stays refused until it is rebound)", rec.PackageRoot, after, rec.ExtensionID)
 	}
 	return nil
 }
@@ -376,10 +434,12 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err := Current(b); err != nil {
 		return nil, err
 	}
-	if err := Revalidate(&b.Record); err != nil {
+	v, err := verify(&b.Record)
+	if err != nil {
 		return nil, err
 	}
-	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest)
+	defer v.close()
+	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +456,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 		Operation:         c.Operation,
 		Input:             c.Input,
 	}
-	invSpec, err := launchSpec(h, &b.Record, b.Digest, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
+	invSpec, err := launchSpec(h, &b.Record, b.Digest, v, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
@@ -413,15 +473,16 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	res, err := hsp.Run(ctx)
 	if err != nil {
 		err = explain(&b.Record, "handshake", err)
-	} else {
-		out = res.Stdout
-		err = protocol.CheckHandshake(out, hsReq)
+	}
+	// The handshake was package code: re-check what it could have changed,
+	// whatever its outcome, before anything else ([INV-1]).
+	if rerr := v.recheck(&b.Record, "handshake"); rerr != nil {
+		err = rerr
 	}
 	if err == nil {
-		// The handshake was package code: re-check what it could have
-		// changed before the invoke's code is released ([INV-1]).
-		if err = Current(b); err == nil {
-			err = Revalidate(&b.Record)
+		out = res.Stdout
+		if err = protocol.CheckHandshake(out, hsReq); err == nil {
+			err = Current(b)
 		}
 	}
 	if err != nil {
@@ -429,6 +490,9 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 		return nil, err
 	}
 	out, err = inv.run(ctx)
+	if rerr := v.recheck(&b.Record, "invoke"); rerr != nil {
+		return nil, rerr
+	}
 	if err != nil {
 		return nil, explain(&b.Record, "invoke", err)
 	}
@@ -442,14 +506,19 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 // Handshake revalidates rec and runs the handshake ([PROTO-1], [PROTO-2]).
 // bindingDigest is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
-	if err := Revalidate(rec); err != nil {
+	v, err := verify(rec)
+	if err != nil {
 		return err
 	}
-	s, req, err := handshakeSpec(h, rec, bindingDigest)
+	defer v.close()
+	s, req, err := handshakeSpec(h, rec, bindingDigest, v)
 	if err != nil {
 		return err
 	}
 	out, err := launchRun(ctx, s)
+	if rerr := v.recheck(rec, "handshake"); rerr != nil {
+		return rerr
+	}
 	if err != nil {
 		return explain(rec, "handshake", err)
 	}
@@ -457,7 +526,7 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 }
 
 // handshakeSpec builds a fresh handshake request for rec and its launch.
-func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string) (launch.Spec, *protocol.HandshakeRequest, error) {
+func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified) (launch.Spec, *protocol.HandshakeRequest, error) {
 	c := rec.Capabilities[0]
 	req := &protocol.HandshakeRequest{
 		Schema:           protocol.HandshakeRequestSchema,
@@ -468,15 +537,15 @@ func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string) (lau
 		PackageDigest:    rec.PackageDigest,
 		Capability:       protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
-	s, err := launchSpec(h, rec, bindingDigest, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
+	s, err := launchSpec(h, rec, bindingDigest, v, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
 	return s, req, err
 }
 
-// launchSpec encodes req and builds the launch of verb on rec's entrypoint:
-// the exact environment, the package root as working directory, the bounds,
-// the owner. It creates the package's state directory and the invocation
-// records directory.
-func launchSpec(h *home.Home, rec *binding.Record, bindingDigest, verb string, req any, requestID, sourceID, op string, timeout time.Duration) (launch.Spec, error) {
+// launchSpec encodes req and builds the launch of verb on rec's entrypoint,
+// as v verified it and holds it open: the exact environment, the package
+// root as working directory, the bounds, the owner. It creates the
+// package's state directory and the invocation records directory.
+func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified, verb string, req any, requestID, sourceID, op string, timeout time.Duration) (launch.Spec, error) {
 	stdin, err := strictjson.Canonical(req)
 	if err != nil {
 		return launch.Spec{}, err
@@ -493,6 +562,7 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest, verb string, r
 	}
 	return launch.Spec{
 		Path:        filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)),
+		Exec:        v.entry,
 		Verb:        verb,
 		Dir:         rec.PackageRoot,
 		Env:         env,

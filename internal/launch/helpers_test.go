@@ -9,11 +9,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/strictjson"
@@ -32,6 +36,8 @@ const (
 	envEntry      = "FM_LAUNCH_TEST_ENTRY"       // host: the entrypoint's mode
 	envCrash      = "FM_LAUNCH_TEST_CRASH"       // host: the step to SIGKILL itself at
 	envTimeout    = "FM_LAUNCH_TEST_TIMEOUT_MS"  // host: Spec.Timeout
+	envProgram    = "FM_LAUNCH_TEST_PROGRAM"     // host: run this program instead of a helper mode
+	envHow        = "FM_LAUNCH_TEST_HOW"         // host: "fd" (Spec.Exec) or "argv" (by path)
 )
 
 func TestMain(m *testing.M) {
@@ -151,6 +157,8 @@ func helper(mode string) int {
 	case "quick":
 	case "host":
 		return hostMain()
+	case "hostile-caller":
+		return hostileCaller()
 	default:
 		return 2
 	}
@@ -251,6 +259,8 @@ func checkOwnRecord() error {
 		return fmt.Errorf("group %d, pid %d, pgid %d", *r.GroupPID, os.Getpid(), me.pgid)
 	case *r.Leader != Identity{PID: os.Getpid(), StartTime: me.start, BootID: boot}:
 		return fmt.Errorf("leader %+v", *r.Leader)
+	case r.SessionID == nil || *r.SessionID != me.sid || me.sid == os.Getpid():
+		return fmt.Errorf("session %v, own session %d, pid %d", r.SessionID, me.sid, os.Getpid())
 	case r.Host.PID != os.Getppid() || !r.HostLive:
 		return fmt.Errorf("host %+v, parent %d, live %v", r.Host, os.Getppid(), r.HostLive)
 	case r.ExtensionID != testOwner.ExtensionID || r.BindingDigest != testOwner.BindingDigest ||
@@ -267,7 +277,7 @@ func checkOwnRecord() error {
 	if !bytes.Equal(raw, canon) {
 		return fmt.Errorf("record is not canonical: %s", raw)
 	}
-	for _, key := range []string{"schema", "phase", "group_pid", "leader", "host", "extension_id", "binding_digest", "request_id", "source_id", "operation", "created_at", "pid", "start_time", "boot_id"} {
+	for _, key := range []string{"schema", "phase", "group_pid", "leader", "host", "extension_id", "binding_digest", "request_id", "source_id", "operation", "created_at", "pid", "start_time", "boot_id", "session_id"} {
 		if !bytes.Contains(raw, []byte(`"`+key+`":`)) {
 			return fmt.Errorf("record lacks %q", key)
 		}
@@ -319,16 +329,62 @@ func hostMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	reportDir, records := os.Getenv(envReport), os.Getenv(envRecords)
-	_, err := Run(ctx, Spec{
+	s := Spec{
 		Path: exe(), Verb: "invoke", Dir: reportDir,
 		Env:         entryEnv(os.Getenv(envEntry), reportDir, records),
 		StdoutLimit: 65536, StderrLimit: 8192, Timeout: timeout,
 		Records: records, Owner: testOwner,
-	})
+	}
+	if prog := os.Getenv(envProgram); prog != "" {
+		// Another program, with argv [prog, "1000"] (sleep 1000).
+		s.Path, s.Argv, s.Env = prog, []string{prog, "1000"}, []string{"PATH=/usr/bin:/bin"}
+		if os.Getenv(envHow) == "fd" {
+			f, err := os.Open(prog)
+			if err != nil {
+				fmt.Print(err)
+				return 3
+			}
+			defer f.Close()
+			s.Exec = f
+		}
+	}
+	_, err := Run(ctx, s)
 	if err != nil {
 		fmt.Print(errcode.Of(err))
 		return 3
 	}
 	fmt.Print("ok")
 	return 0
+}
+
+// hostileCaller is a careless caller of fm: it leaves descriptor 9 open
+// without close-on-exec (the `exec 9>lock; flock -n 9` idiom), ignores
+// SIGPIPE, SIGHUP and SIGUSR2, blocks SIGUSR1 and SIGWINCH, sets umask 0 and
+// a soft RLIMIT_NOFILE of 200, then becomes a host (mode "host") by execve.
+func hostileCaller() int {
+	runtime.LockOSThread() // the blocked mask is this thread's, kept by execve
+	fd, err := unix.Open(filepath.Join(os.Getenv(envReport), "serve.lock"), unix.O_RDWR|unix.O_CREAT, 0o600)
+	if err != nil || unix.Dup2(fd, 9) != nil { // dup2's new descriptor is not close-on-exec
+		return 4
+	}
+	signal.Ignore(syscall.SIGPIPE, syscall.SIGHUP, syscall.SIGUSR2)
+	var set unix.Sigset_t
+	for _, sig := range []unix.Signal{unix.SIGUSR1, unix.SIGWINCH} {
+		set.Val[(sig-1)/64] |= 1 << ((uint(sig) - 1) % 64)
+	}
+	if unix.PthreadSigmask(unix.SIG_BLOCK, &set, nil) != nil {
+		return 4
+	}
+	syscall.Umask(0)
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil || lim.Max < 200 {
+		return 4
+	}
+	// syscall.Setrlimit, so that the execve below keeps 200.
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 200, Max: lim.Max}) != nil {
+		return 4
+	}
+	env := append([]string{envMode + "=host"}, slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, envMode+"=") })...)
+	syscall.Exec(exe(), []string{exe()}, env)
+	return 4
 }

@@ -14,7 +14,11 @@
 // leader and group, and only then writes the release byte; the barrier then
 // execve's the entrypoint with argv [entrypoint, verb] (see MaybeBarrier). So
 // no package code ever runs in a group that is not recorded, and a host that
-// dies before the release leaves a barrier that exits on end of file.
+// dies before the release leaves a barrier that exits on end of file. A Spec
+// with Exec hands the barrier the entrypoint already open, and the barrier
+// executes that descriptor rather than the path [INV-1]; every barrier first
+// clears what fm's own caller could pass on (descriptors, signal state,
+// umask), see MaybeBarrier.
 //
 // Prepare and Pending split Run at the release, so a host can overlap the
 // start-up of a barrier (a whole fm process) with other work, such as the
@@ -121,6 +125,11 @@ type Owner struct {
 type Spec struct {
 	// Path is the entrypoint, an absolute path; argv is [Path, Verb].
 	Path string
+	// Exec, when not nil, is the entrypoint already open: the file whose
+	// bytes the host verified. The barrier executes exactly this open file
+	// (through its descriptor), never Path, which then only names it in
+	// argv[0] [INV-1]. Run does not close it.
+	Exec *os.File
 	Verb string
 	// Dir is the working directory (the package root).
 	Dir string
@@ -291,9 +300,11 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 		err = errcode.Wrap(errcode.Internal, err, "read the identity of launch barrier %d", inv.g.pgid)
 	case st.pgid != inv.g.pgid:
 		err = errcode.New(errcode.Internal, "launch barrier %d is in process group %d, not its own", inv.g.pgid, st.pgid)
+	case st.sid == inv.g.pgid:
+		err = errcode.New(errcode.Internal, "launch barrier %d leads a session", inv.g.pgid)
 	default:
-		pgid := inv.g.pgid
-		rec.Phase, rec.GroupPID = PhaseGroup, &pgid
+		pgid, sid := inv.g.pgid, st.sid
+		rec.Phase, rec.GroupPID, rec.SessionID = PhaseGroup, &pgid, &sid
 		rec.Leader = &Identity{PID: pgid, StartTime: st.start, BootID: boot}
 		err = dir.write(name, rec)
 	}
@@ -395,11 +406,19 @@ func (s *Spec) check() error {
 	return nil
 }
 
-// barrierArgv is the barrier's argv: [exe, BarrierArg, Path, Verb], or with
-// Argv [exe, barrierArgvArg, Path, Argv...].
+// barrierArgv is the barrier's argv: [exe, BarrierArg, Path, Verb], with
+// Argv [exe, barrierArgvArg, Path, Argv...], and with Exec
+// [exe, barrierFdArg, Path, argv...] where argv is Argv or [Path, Verb].
 func (s *Spec) barrierArgv() []string {
-	if s.Argv != nil {
-		return append([]string{os.Args[0], barrierArgvArg, s.Path}, s.Argv...)
+	argv := s.Argv
+	if argv == nil {
+		argv = []string{s.Path, s.Verb}
+	}
+	switch {
+	case s.Exec != nil:
+		return append([]string{os.Args[0], barrierFdArg, s.Path}, argv...)
+	case s.Argv != nil:
+		return append([]string{os.Args[0], barrierArgvArg, s.Path}, argv...)
 	}
 	return []string{os.Args[0], BarrierArg, s.Path, s.Verb}
 }
@@ -459,6 +478,10 @@ func start(s Spec) (*invocation, error) {
 			host[i], child[i] = w, r
 		}
 	}
+	files := []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd(), child[3].Fd()}
+	if s.Exec != nil {
+		files = append(files, s.Exec.Fd()) // execFd
+	}
 	pidfd := -1
 	// Under forkMu (for writing) until the new leader is in leaders, so
 	// onlyLeaderChildren never sees it as a stranger.
@@ -466,7 +489,7 @@ func start(s Spec) (*invocation, error) {
 	pid, err := syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
 		Dir:   s.Dir,
 		Env:   s.Env,
-		Files: []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd(), child[3].Fd()},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 	})
 	if err == nil && pidfd >= 0 {

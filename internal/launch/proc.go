@@ -29,6 +29,7 @@ type procStat struct {
 	state   byte
 	ppid    int
 	pgid    int
+	sid     int // session id
 	threads int
 	start   uint64
 }
@@ -71,10 +72,11 @@ func parseStat(b []byte) (procStat, error) {
 		return procStat{}, errors.New("malformed /proc stat line")
 	}
 	var s procStat
-	var err [4]error
+	var err [5]error
 	s.state = f[0][0]
 	s.ppid, err[0] = strconv.Atoi(f[1])
 	s.pgid, err[1] = strconv.Atoi(f[2])
+	s.sid, err[4] = strconv.Atoi(f[3])
 	s.threads, err[2] = strconv.Atoi(f[17])
 	s.start, err[3] = strconv.ParseUint(f[19], 10, 64)
 	if e := errors.Join(err[:]...); e != nil {

@@ -76,8 +76,11 @@ func TestRecordEncodeIsCanonical(t *testing.T) {
 		ExtensionID: testOwner.ExtensionID, BindingDigest: testOwner.BindingDigest, RequestID: testOwner.RequestID,
 		SourceID: testOwner.SourceID, Operation: testOwner.Operation, CreatedAt: 1767225600,
 	}
+	sid := 4000
 	group := base
-	group.Phase, group.GroupPID, group.Leader = PhaseGroup, &pgid, &leader
+	group.Phase, group.GroupPID, group.Leader, group.SessionID = PhaseGroup, &pgid, &leader, &sid
+	noSession := group
+	noSession.SessionID = nil
 	noSource := group
 	noSource.SourceID = ""
 	quote, ctl, utf, slash := group, group, group, group
@@ -90,7 +93,7 @@ func TestRecordEncodeIsCanonical(t *testing.T) {
 	negative := group
 	negative.CreatedAt = -5
 	for name, r := range map[string]Record{
-		"reserved": base, "group": group, "no-source": noSource, "quote": quote, "control": ctl,
+		"reserved": base, "group": group, "no-session": noSession, "no-source": noSource, "quote": quote, "control": ctl,
 		"utf8": utf, "backslash": slash, "huge": huge, "negative": negative,
 	} {
 		want, err := strictjson.Canonical(&r)
@@ -124,6 +127,7 @@ func TestRecordEncodeIsCanonical(t *testing.T) {
 		strings.Replace(string(canon), `"source_id":"src-1"`, `"source_id":"src\u002d1"`, 1),
 		strings.Replace(string(canon), `"group_pid":4242`, `"group_pid":4242.0`, 1),
 		strings.Replace(string(canon), `"group_pid":4242`, `"group_pid":1e3`, 1),
+		strings.Replace(string(canon), `"session_id":4000`, `"session_id":04000`, 1),
 		string(canon) + "\n", " " + string(canon), string(canon[:len(canon)-1]),
 		strings.Replace(string(canon), `{"binding_digest"`, `{"operation":"x","binding_digest"`, 1),
 	} {

@@ -46,6 +46,12 @@ type Record struct {
 	GroupPID *int      `json:"group_pid"`
 	Leader   *Identity `json:"leader"` // the launch barrier, later the entrypoint (same process)
 	Host     Identity  `json:"host"`   // the fm process that supervises the invocation
+	// SessionID is the session of the group (field 6 of /proc/<pid>/stat of
+	// the barrier): the host's own, for fm makes every group with setpgid
+	// inside its session and never a session leader. Null while reserved. A
+	// group record without it (or whose leader now leads a session, or is in
+	// another one) is never signalled [GRP-3].
+	SessionID *int `json:"session_id"`
 
 	ExtensionID   string `json:"extension_id"`
 	BindingDigest string `json:"binding_digest"`
@@ -85,7 +91,8 @@ func (r *Record) encode() ([]byte, error) {
 	}
 	if !plain(r.BindingDigest, r.ExtensionID, r.Operation, r.Phase, r.RequestID, r.Schema, r.SourceID, r.Host.BootID) ||
 		(r.Leader != nil && !plain(r.Leader.BootID)) || !small(&r.Host) || !small(r.Leader) ||
-		r.CreatedAt <= -exact || r.CreatedAt >= exact || (r.GroupPID != nil && (*r.GroupPID <= -exact || *r.GroupPID >= exact)) {
+		r.CreatedAt <= -exact || r.CreatedAt >= exact || (r.GroupPID != nil && (*r.GroupPID <= -exact || *r.GroupPID >= exact)) ||
+		(r.SessionID != nil && (*r.SessionID <= -exact || *r.SessionID >= exact)) {
 		return strictjson.Canonical(r)
 	}
 	str := func(b []byte, key, v string) []byte {
@@ -123,6 +130,12 @@ func (r *Record) encode() ([]byte, error) {
 	b = str(append(b, ','), "phase", r.Phase)
 	b = str(append(b, ','), "request_id", r.RequestID)
 	b = str(append(b, ','), "schema", r.Schema)
+	b = append(b, `,"session_id":`...)
+	if r.SessionID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, int64(*r.SessionID), 10)
+	}
 	b = str(append(b, ','), "source_id", r.SourceID)
 	return append(b, '}'), nil
 }
@@ -161,6 +174,11 @@ func decodeCanonical(data []byte) (Record, bool) {
 	r.RequestID = c.str()
 	c.lit(`,"schema":`)
 	r.Schema = c.str()
+	c.lit(`,"session_id":`)
+	if !c.null() {
+		sid := int(c.num())
+		r.SessionID = &sid
+	}
 	c.lit(`,"source_id":`)
 	r.SourceID = c.str()
 	c.lit(`}`)
@@ -266,13 +284,16 @@ func (r *Record) validate(what string) error {
 	}
 	switch r.Phase {
 	case PhaseReserved:
-		if r.GroupPID != nil || r.Leader != nil {
-			return bad("group_pid/leader (must be null while reserved)")
+		if r.GroupPID != nil || r.Leader != nil || r.SessionID != nil {
+			return bad("group_pid/leader/session_id (must be null while reserved)")
 		}
 	case PhaseGroup:
 		// A group id of 1 would make kill(-1, ...) mean "every process".
 		if r.GroupPID == nil || r.Leader == nil || *r.GroupPID != r.Leader.PID || r.Leader.PID <= 1 || !validIdentity(*r.Leader) {
 			return bad("group_pid/leader")
+		}
+		if r.SessionID != nil && *r.SessionID <= 0 {
+			return bad("session_id")
 		}
 	default:
 		return bad("phase")

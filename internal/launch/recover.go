@@ -37,10 +37,14 @@ import (
 //	                                          read end of file and exit 125.
 //	phase group, other boot id             -> cleared: nothing of that boot runs.
 //	leader pid runs with the recorded      -> proved ours: the exact group (through
-//	start time (alive or zombie)              a pidfd of the leader, re-checked after
-//	                                          opening) gets TERM, then KILL after
+//	start time (alive or zombie), in the      a pidfd of the leader, re-checked after
+//	recorded session, not leading it          opening) gets TERM, then KILL after
 //	                                          500 ms; cleared once proved gone, kept
 //	                                          if not within 5 s.
+//	leader pid runs with the recorded      -> kept, nothing signalled: fm makes
+//	start time but leads a session, is        every group inside its own session
+//	in another session, or the record         and never a session leader, so this
+//	names no session                          is not a group fm made [GRP-3].
 //	leader pid runs with another start     -> kept, nothing signalled (pid reused:
 //	time                                      uncertain).
 //	leader pid gone, kill(-pgid, 0) fails  -> cleared: no process has that pgid.
@@ -161,6 +165,17 @@ func resolve(r Record) (reason string, err error) {
 	}
 	if st.start != leader.StartTime {
 		return fmt.Sprintf("leader pid %d was reused while it was checked; nothing signalled", leader.PID), nil
+	}
+	// fm makes every group with setpgid inside its own session, so a leader
+	// that leads a session, or sits in another session than the recorded
+	// one, is not a group fm made, whatever the record says.
+	switch {
+	case r.SessionID == nil:
+		return fmt.Sprintf("record names no session for leader %d; it cannot be proved fm's group, so nothing was signalled", leader.PID), nil
+	case st.sid == leader.PID:
+		return fmt.Sprintf("leader %d leads its own session; fm never makes one, so nothing was signalled", leader.PID), nil
+	case st.sid != *r.SessionID:
+		return fmt.Sprintf("leader %d is in session %d, not the recorded %d; nothing signalled", leader.PID, st.sid, *r.SessionID), nil
 	}
 	g := group{pgid: leader.PID, pidfd: pidfd}
 	ok, err := g.stopForeign()

@@ -51,6 +51,7 @@ package pkgtree
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"hash"
@@ -102,6 +103,19 @@ type Tree struct {
 	// "F",NUL,path,NUL,"x" or "-",NUL,size in decimal,NUL,"sha256:<hex>",NUL
 	// for a file.
 	Digest string
+	// Stamp names the inodes the scan validated and their state: SHA-256
+	// over the device, inode number, mode, change time and modification
+	// time of the root and of every entry, in Entries order. Two scans of
+	// the same path with equal stamps saw the very same inodes, none of
+	// which was renamed, written, truncated or chmod'ed in between (each of
+	// those sets the change time, which no unprivileged process can set
+	// back), up to the file system's timestamp granularity. Unlike Digest it
+	// differs between two copies of a package.
+	Stamp string
+	// Kept is the open file at Options.Keep (nil without one): read-only,
+	// close-on-exec, the descriptor whose bytes the scan hashed. The caller
+	// closes it.
+	Kept *os.File
 }
 
 // Policy selects the rules Scan applies on top of [PKG-3] and [PKG-4].
@@ -142,19 +156,55 @@ func ScanWith(root string, p Policy, opts Options) (*Tree, error) {
 	if err := w.walk(); err != nil {
 		return nil, err
 	}
+	kept := -1
 	err = w.eachFile(opts.metered(w, p.stage(), func(wk *worker, i int) error {
 		fd, err := wk.open(i)
 		if err != nil {
 			return err
 		}
-		defer unix.Close(fd)
+		if opts.Keep != "" && w.entries[i].Path == opts.Keep {
+			kept = fd // one entry has that path: one writer
+		} else {
+			defer unix.Close(fd)
+		}
 		w.entries[i].SHA256, err = wk.read(i, fd, nil)
 		return err
 	}))
+	if err == nil && opts.Keep != "" && kept < 0 {
+		err = errcode.New(errcode.EntrypointMissing, "package %s: %q is not a file of the tree", w.root, opts.Keep)
+	}
 	if err != nil {
+		if kept >= 0 {
+			unix.Close(kept)
+		}
 		return nil, err
 	}
-	return &Tree{Entries: w.entries, Bytes: w.bytes, Digest: digest(w.entries)}, nil
+	t := &Tree{Entries: w.entries, Bytes: w.bytes, Digest: digest(w.entries), Stamp: w.stamp()}
+	if kept >= 0 {
+		t.Kept = os.NewFile(uintptr(kept), filepath.Join(w.root, filepath.FromSlash(opts.Keep)))
+	}
+	return t, nil
+}
+
+// stamp computes Tree.Stamp from the identities the walk recorded.
+func (w *walker) stamp() string {
+	h := sha256.New()
+	b := make([]byte, 0, 48)
+	for i := -1; i < len(w.ids); i++ {
+		id := &w.rootID
+		if i >= 0 {
+			id = &w.ids[i]
+		}
+		b = binary.LittleEndian.AppendUint64(b[:0], id.dev)
+		b = binary.LittleEndian.AppendUint64(b, id.ino)
+		b = binary.LittleEndian.AppendUint32(b, id.mode)
+		for _, ts := range [2]unix.Timespec{id.ctime, id.mtime} {
+			b = binary.LittleEndian.AppendUint64(b, uint64(ts.Sec))
+			b = binary.LittleEndian.AppendUint64(b, uint64(ts.Nsec))
+		}
+		h.Write(b)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // digest computes Tree.Digest over entries.
@@ -198,6 +248,14 @@ type ident struct {
 	parent   int // index of the parent directory's entry, -1 for the root
 	name     string
 	dev, ino uint64
+	// mode and the times as stat saw them, for Tree.Stamp
+	mode         uint32
+	ctime, mtime unix.Timespec
+}
+
+// identOf is the identity of an entry named name below parent with stat st.
+func identOf(parent int, name string, st *unix.Stat_t) ident {
+	return ident{parent: parent, name: name, dev: uint64(st.Dev), ino: uint64(st.Ino), mode: st.Mode, ctime: st.Ctim, mtime: st.Mtim}
 }
 
 // walker holds one scan: the open root, and the entries found so far with
@@ -209,6 +267,7 @@ type walker struct {
 	fd      int
 	entries []Entry
 	ids     []ident
+	rootID  ident // the root's identity, for Tree.Stamp
 	files   []int // indices of the file entries, in digest order
 	names   int   // names read from directories so far: each becomes an entry
 	bytes   int64
@@ -259,6 +318,7 @@ func openTree(root string, p Policy) (*walker, error) {
 		w.close()
 		return nil, err
 	}
+	w.rootID = identOf(-1, ".", &fst)
 	return w, nil
 }
 
@@ -342,7 +402,7 @@ func (w *walker) walkDir(fd, parent int, prefix string) error {
 			w.files = append(w.files, len(w.entries))
 		}
 		w.entries = append(w.entries, e)
-		w.ids = append(w.ids, ident{parent: parent, name: name, dev: uint64(st.Dev), ino: uint64(st.Ino)})
+		w.ids = append(w.ids, identOf(parent, name, &st))
 		if dir {
 			if err := w.descend(fd, len(w.entries)-1); err != nil {
 				return err

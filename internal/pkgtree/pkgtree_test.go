@@ -531,3 +531,73 @@ func TestScanDetectsChangeAfterWalk(t *testing.T) {
 		})
 	}
 }
+
+// [INV-1]: Keep hands back the very file that was hashed, which stays that
+// inode when another file is renamed over its name; Stamp is equal for two
+// scans of an unchanged tree and differs after a same-bytes copy is renamed
+// in, after a chmod and back, and after an in-place rewrite of the same
+// bytes, none of which changes Digest.
+func TestKeepAndStamp(t *testing.T) {
+	root := newPkg(t, node{path: "bin/"}, node{path: "bin/ep", data: "#!/bin/sh\necho verified\n", mode: 0o755}, node{path: "m.json", data: "{}"})
+	scan := func() *Tree {
+		t.Helper()
+		tree, err := ScanWith(root, Source, Options{Keep: "bin/ep"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tree.Kept.Close() })
+		return tree
+	}
+	first := scan()
+	if again := scan(); again.Stamp != first.Stamp || again.Digest != first.Digest {
+		t.Fatal("two scans of an unchanged tree differ")
+	}
+	ep := filepath.Join(root, "bin", "ep")
+	var kept, named syscall.Stat_t
+	if err := syscall.Fstat(int(first.Kept.Fd()), &kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(ep, &named); err != nil || kept.Ino != named.Ino || kept.Dev != named.Dev {
+		t.Fatalf("kept file is not the scanned inode: %v", err)
+	}
+	if _, err := ScanWith(root, Source, Options{Keep: "bin/none"}); errcode.Of(err) != errcode.EntrypointMissing {
+		t.Fatalf("Keep of a missing file: %v", err)
+	}
+
+	changes := map[string]func(){
+		"same-bytes copy renamed in": func() {
+			tmp := filepath.Join(filepath.Dir(root), "copy")
+			if err := os.WriteFile(tmp, []byte("#!/bin/sh\necho verified\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, tmp, 0o755)
+			must(t, os.Rename(tmp, ep))
+		},
+		"chmod and back": func() { chmod(t, ep, 0o700); chmod(t, ep, 0o755) },
+		"same bytes rewritten in place": func() {
+			must(t, os.WriteFile(ep, []byte("#!/bin/sh\necho verified\n"), 0o755))
+		},
+	}
+	for name, change := range changes {
+		before := scan()
+		time.Sleep(20 * time.Millisecond) // past the change-time clock's tick
+		change()
+		after := scan()
+		if after.Digest != before.Digest {
+			t.Errorf("%s: digest changed", name)
+		}
+		if after.Stamp == before.Stamp {
+			t.Errorf("%s: stamp unchanged", name)
+		}
+	}
+	// The kept file of the first scan is still the original inode: it reads
+	// the verified bytes although its name now holds another file.
+	b := make([]byte, 64)
+	n, _ := first.Kept.ReadAt(b, 0)
+	if string(b[:n]) != "#!/bin/sh\necho verified\n" {
+		t.Fatalf("kept file reads %q", b[:n])
+	}
+	if err := syscall.Stat(ep, &named); err != nil || named.Ino == kept.Ino {
+		t.Fatalf("the name still holds the first inode: %v", err)
+	}
+}

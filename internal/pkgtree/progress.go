@@ -20,6 +20,11 @@ type Progress func(stage string, files, totalFiles int, bytes, totalBytes int64)
 type Options struct {
 	// Progress, when set, receives the advance of every stage.
 	Progress Progress
+	// Keep, when set, is the relative path of a file of the tree whose
+	// descriptor ScanWith keeps open in Tree.Kept: the very open file whose
+	// bytes it hashed, so a caller can use exactly the inode that was
+	// validated (the host executes the entrypoint through it, [INV-1]).
+	Keep string
 }
 
 // Stages reported to Progress.

@@ -116,5 +116,11 @@ leak-child)
 	(trap '' TERM; sleep 30) &
 	echo $! >"$state/child"
 	ok '{"output":"x","status":"result"}' ;;
+tamper)
+	# answer well, but first change this installed entrypoint in place (mode
+	# restored): the answer must be refused, and the binding from then on
+	# [INV-1]. $0 is /dev/fd/3, the very file the host verified and ran.
+	chmod u+w "$0" && echo "# tampered" >>"$0" && chmod 0555 "$0"
+	ok '{"output":"x","status":"result"}' ;;
 ok-false) printf '{"error":{"code":"unavailable","diagnostic":"SECRET-DIAGNOSTIC-TEXT","retryable":true},"ok":false,"request_id":"%s","result":null,"schema":"firstmate.extension-response.v1"}' "$rid" ;;
 esac

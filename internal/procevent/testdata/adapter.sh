@@ -13,6 +13,7 @@
 #   noisy-fail (two lines on stderr, one with an escape sequence, then exit 3),
 #   stderr-flood (9,000 bytes on stderr, then a result),
 #   gate (write $state/started.<source-id>, wait for $state/release, result),
+#   inherit (write its pid to $state/inherit.pid, then exec sleep 3),
 #   slow (record start and end times in $state/times, sleep 2, result),
 #   file (the result object is the content of $state/poll-result, verbatim).
 # classify: the token in mode-classify (default fake-class).
@@ -57,6 +58,11 @@ poll:noisy-fail) printf 'traceback: boom\n\033[2Jbad\tline\n' >&2; exit 3 ;;
 poll:stderr-flood) head -c 9000 /dev/zero | tr '\0' e >&2; result "event $src $rid" ;;
 poll:unknown-key) ok '{"debug":"PACKAGE-VALUE-TEXT","output":"x","status":"result"}' ;;
 poll:ok-false) printf '{"error":{"code":"unavailable","diagnostic":"PACKAGE-SECRET-TEXT","retryable":true},"ok":false,"request_id":"%s","result":null,"schema":"firstmate.extension-response.v1"}' "$rid" ;;
+poll:inherit)
+	# for the inheritance test: publish this process's pid, then become
+	# sleep (which opens nothing) so the test can read what it inherited.
+	echo $$ >"$state/inherit.tmp" && mv "$state/inherit.tmp" "$state/inherit.pid"
+	exec sleep 3 ;;
 poll:gate)
 	: >"$state/started.$src"
 	i=0
