@@ -351,8 +351,7 @@ func exists(path string) bool {
 // made here, before anything changes.
 func scan(h *home.Home) (*plan, error) {
 	p := &plan{h: h}
-	var err error
-	if p.journal, err = readJournal(h); err != nil {
+	if err := p.scanImported(); err != nil {
 		return nil, err
 	}
 	if !exists(h.State) {
@@ -388,6 +387,33 @@ func scan(h *home.Home) (*plan, error) {
 		p.dirs, p.files, p.mark = nil, nil, nil
 	}
 	return p, nil
+}
+
+// scanImported checks where the import keeps its copies (data/, data/imported
+// and the run an interrupted import names) before anything changes: openRun
+// would refuse them only after the modes were already changed. The journal
+// is read here too.
+func (p *plan) scanImported() error {
+	dir := imported(p.h)
+	if data := filepath.Dir(dir); exists(data) {
+		if err := home.CheckPrivate(data, false); err != nil {
+			return err
+		}
+	}
+	if !exists(dir) {
+		return nil
+	}
+	if _, err := p.private(dir, true); err != nil {
+		return err
+	}
+	var err error
+	if p.journal, err = readJournal(p.h); err != nil || p.journal == "" {
+		return err
+	}
+	if run := filepath.Join(dir, p.journal); exists(run) {
+		_, err = p.private(run, true)
+	}
+	return err
 }
 
 // scanState plans the wake queue, its mark, and the markers beside it.

@@ -48,14 +48,39 @@ func CheckRegistration(r *Registration, what string) error {
 		return err
 	}
 	data, err := strictjson.Canonical(r)
-	if err == nil && len(data) > maxRegistration {
-		err = errcode.New(errcode.JSONOversized, "%s: as fm's record it would be %d bytes, more than the %d fm reads", what, len(data), maxRegistration)
+	if err != nil {
+		return notJSON(what)
 	}
-	return err
+	if len(data) > maxRegistration {
+		return errcode.New(errcode.JSONOversized, "%s: as fm's record it would be %d bytes, more than the %d fm reads", what, len(data), maxRegistration)
+	}
+	return nil
 }
 
-// CheckMeta applies fm's rules to a result meta built by the import.
-func CheckMeta(m *Meta, what string) error { return m.validate(what) }
+// notJSON refuses a record built by the import whose values cannot be JSON
+// strings (an argument of the earlier record that is not UTF-8, say).
+func notJSON(what string) error {
+	return errcode.New(errcode.SchemaInvalid, "%s: a value is not valid UTF-8, so it cannot be fm's JSON record; fix or move the file aside", what)
+}
+
+// CheckMeta applies fm's rules to a result meta built by the import, and
+// requires that fm's record of it reads back as itself: canonical JSON keeps
+// an integer exact only up to 2^53, so a result whose sequence is above that
+// would get a meta that every reader of the inbox refuses.
+func CheckMeta(m *Meta, what string) error {
+	if err := m.validate(what); err != nil {
+		return err
+	}
+	data, err := strictjson.Canonical(m)
+	if err != nil {
+		return notJSON(what)
+	}
+	var back Meta
+	if err := strictjson.Decode(data, maxMeta, what, &back); err != nil || back != *m {
+		return errcode.New(errcode.SchemaInvalid, "%s: sequence %d or capture time %d is above 2^53, the largest integer fm records exactly; move the result and its sidecars aside", what, m.Sequence, m.CapturedAt)
+	}
+	return nil
+}
 
 // Held lists the locks of fm's own runners that are held in the registry of
 // h right now: the serve lock and the claims of sources. It creates nothing;

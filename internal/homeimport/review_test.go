@@ -1,0 +1,104 @@
+package homeimport
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// [HOME-4] [CAP-1] Hostile review: what the import cannot make one of fm's
+// records, or cannot prove idle, is refused with its path before anything
+// changes. Each case plants one thing in a fresh fixture; the import must
+// refuse with the code and path, and the home must be exactly as it was.
+func TestImportRefusesBeforeAnyChange(t *testing.T) {
+	for _, c := range []struct {
+		name, code string
+		plant      func(f *fixture) string
+	}{
+		// fm records a result's sequence in its meta as an exact JSON
+		// integer: above 2^53 it would not read back, and every fm reader
+		// of the inbox would then fail on the imported meta.
+		{"sequence-max-int64", "schema-invalid", func(f *fixture) string {
+			return f.plantResult("web.9223372036854775807")
+		}},
+		{"sequence-2^53+1", "schema-invalid", func(f *fixture) string {
+			return f.plantResult("web.9007199254740993")
+		}},
+		// An argument that is not UTF-8 cannot be a JSON string: the
+		// refusal names the record, as every other unparsable value does.
+		{"argv-not-utf8", "schema-invalid", func(f *fixture) string {
+			p := filepath.Join(f.h.Registrations(), "web.source")
+			f.write(p, []byte("adapter=web\nargc=2\nargv:\n/bin/true\nx\xffy\n"), 0o600)
+			return p
+		}},
+		// Where the import keeps its copies must pass fm's rules before the
+		// import changes a mode: a link, another file type.
+		{"imported-symlink", "link-unsafe", func(f *fixture) string {
+			elsewhere := filepath.Join(f.base, "elsewhere")
+			f.must(os.Mkdir(elsewhere, 0o700))
+			p := filepath.Join(f.h.Dir, "data", "imported")
+			f.must(os.Symlink(elsewhere, p))
+			return p
+		}},
+		{"imported-file", "path-unsafe", func(f *fixture) string {
+			p := filepath.Join(f.h.Dir, "data", "imported")
+			f.write(p, nil, 0o600)
+			return p
+		}},
+		{"journal-run-symlink", "link-unsafe", func(f *fixture) string {
+			dir := filepath.Join(f.h.Dir, "data", "imported")
+			f.must(os.Mkdir(dir, 0o700))
+			f.write(filepath.Join(dir, journalName), []byte("20260101T000000Z\n"), 0o600)
+			elsewhere := filepath.Join(f.base, "elsewhere")
+			f.must(os.Mkdir(elsewhere, 0o700))
+			p := filepath.Join(dir, "20260101T000000Z")
+			f.must(os.Symlink(elsewhere, p))
+			return p
+		}},
+		// A claim of one of this home's sources that cannot be read, or
+		// that is active with no readable pid, may be a live runner's:
+		// the import cannot tell, so it refuses (as for a runner file
+		// without a pid).
+		{"claim-truncated", "home-busy", func(f *fixture) string {
+			p := filepath.Join(f.claims, "mail.claim")
+			f.write(p, []byte(f.h.Dir+"\n"+strconv.Itoa(live(f.t))+"\n"), 0o600)
+			return p
+		}},
+		{"claim-active-no-pid", "home-busy", func(f *fixture) string {
+			p := filepath.Join(f.claims, "mail.claim")
+			f.write(p, []byte(f.h.Dir+"\nnot-a-pid\nx\nx\nx\nx\nactive\n"+f.h.State+"\nx\nx\nx\nx\n"), 0o600)
+			return p
+		}},
+		{"claim-symlink", "home-busy", func(f *fixture) string {
+			real := filepath.Join(f.base, "real.claim")
+			f.write(real, []byte(f.h.Dir+"\n"+strconv.Itoa(live(f.t))+"\nx\nx\nx\nx\nactive\n"+f.h.State+"\nx\nx\nx\nx\n"), 0o600)
+			p := filepath.Join(f.claims, "mail.claim")
+			f.must(os.Symlink(real, p))
+			return p
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			p := c.plant(f)
+			before := f.snapshot()
+			if e := f.refused(c.code, "home", "import"); !strings.Contains(e, p) {
+				t.Fatalf("the refusal does not name %s: %s", p, e)
+			}
+			if d := diff(before, f.snapshot()); d != "" {
+				t.Fatalf("a refused import changed the home:\n%s", d)
+			}
+			f.refused(c.code, "home", "import", "--dry-run")
+		})
+	}
+}
+
+// plantResult writes a built-in result base+".result" with its adapter
+// sidecar and returns the result's path.
+func (f *fixture) plantResult(base string) string {
+	p := filepath.Join(f.h.Inbox(), base+".result")
+	f.write(p, []byte("planted\n"), 0o600)
+	f.write(filepath.Join(f.h.Inbox(), base+".adapter"), []byte("web\n"), 0o600)
+	return p
+}
