@@ -475,25 +475,20 @@ func highestWake(queue string) (int64, error) {
 	return high, nil
 }
 
-// markName is the queue-seq high-water mark beside the queue: the last
-// queue-seq written, as decimal text. The earlier implementation kept it
-// there, and fm keeps it there too.
-const markName = ".wake-queue.seq"
-
-// wakeMark plans the high-water mark in the state root s: at least its
-// present value and at least high, the highest queue-seq in the queue, so
-// the next wake fm appends takes a queue-seq above every one the earlier
-// implementation issued, even those no longer in the queue. nil: nothing to
+// wakeMark plans the high-water mark (wake.MarkName) in the state root s: at
+// least its present value and at least high, the highest queue-seq in the
+// queue. wake.Append takes it as a floor, so the next wake fm appends takes a
+// queue-seq above every one the earlier implementation issued, even those no
+// longer in the queue. nil: nothing to
 // change. (One function, so the mark's format lives in one place here.)
 func wakeMark(s string, high int64) (*markFix, error) {
-	path := filepath.Join(s, markName)
+	path := filepath.Join(s, wake.MarkName)
 	m := &markFix{path: path}
 	data, err := readSmall(path)
 	switch {
 	case err == nil:
-		v := strings.TrimSuffix(string(data), "\n")
-		n, perr := strconv.ParseInt(v, 10, 64)
-		if perr != nil || n < 0 || strconv.FormatInt(n, 10) != v {
+		n, ok := wake.ParseMark(data)
+		if !ok {
 			return nil, errcode.New(errcode.SchemaInvalid, "wake queue mark %s is not a decimal number; fix it (the last queue-seq written) or remove it", path)
 		}
 		m.from, m.exists = n, true

@@ -10,7 +10,11 @@
 //     and two writers never share a queue-seq. The kernel drops the lock when
 //     a writer dies, so a dead writer never blocks the queue.
 //   - queue-seq is the last complete line's queue-seq plus one (1 for an empty
-//     queue): it only grows, and a reader can resume after any seq it saw.
+//     queue), or the high-water mark MarkName plus one when that is higher:
+//     it only grows, and a reader can resume after any seq it saw. The mark
+//     is the last queue-seq the earlier Firstmate implementation issued,
+//     kept by fm home import; fm itself never writes it, so an fm home has
+//     none and the last line alone decides.
 //   - Tabs, newlines and carriage returns in key and payload become spaces, so
 //     one wake is always exactly one line with five fields. A kind is a
 //     lower-case word. Key and payload are bounded by MaxField bytes.
@@ -34,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,6 +49,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // FileName is the queue's name inside the state root ([HOME-4]).
@@ -51,6 +57,34 @@ const FileName = ".wake-queue"
 
 // MaxField bounds a wake's key and payload, in bytes.
 const MaxField = 1024
+
+// MarkName is the queue-seq high-water mark beside the queue: the last
+// queue-seq issued, as decimal text and a newline, a private file.
+const MarkName = ".wake-queue.seq"
+
+// ParseMark reads the content of a high-water mark: a decimal number without
+// sign or leading zeros, then a newline (or not).
+func ParseMark(data []byte) (int64, bool) {
+	v := strings.TrimSuffix(string(data), "\n")
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil && n >= 0 && strconv.FormatInt(n, 10) == v
+}
+
+// mark reads the high-water mark in the state directory state (0: none).
+func mark(state *os.File) (int64, error) {
+	data, err := fsutil.ReadPrivateAt(state, MarkName, 32)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, ok := ParseMark(data)
+	if !ok {
+		return 0, errcode.New(errcode.SchemaInvalid, "wake queue mark %q is not a decimal number; fix it (the last queue-seq issued) or remove it", filepath.Join(state.Name(), MarkName))
+	}
+	return n, nil
+}
 
 // tornEnd terminates a torn tail: five tabs and a newline.
 const tornEnd = "\t\t\t\t\t\n"
@@ -122,6 +156,13 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 	last, torn, err := lastSeq(f, size)
 	if err != nil {
 		return Wake{}, err
+	}
+	floor, err := mark(state)
+	if err != nil {
+		return Wake{}, err
+	}
+	if last = max(last, floor); last == math.MaxInt64 {
+		return Wake{}, errcode.New(errcode.SequenceExhausted, "wake queue %q is at queue-seq %d and cannot advance", display, last)
 	}
 	w := Wake{Time: time.Now().Unix(), Seq: last + 1, Kind: kind, Key: key, Payload: payload}
 	line := w.Line()

@@ -174,3 +174,64 @@ func TestFIFOQueueNeverBlocks(t *testing.T) {
 		t.Fatal("reading a FIFO wake queue blocked")
 	}
 }
+
+// [WAKE-1] [HOME-4] The high-water mark <state>/.wake-queue.seq (the last
+// queue-seq the earlier Firstmate implementation issued, kept by fm home
+// import) is a floor: the next wake takes a queue-seq above it even when
+// the queue's last line is lower (its later lines were trimmed) or the queue
+// is empty, so a reader resuming after a queue-seq it saw never misses a
+// wake. A mark below the last line changes nothing; a mark that is not a
+// decimal number, or not a private regular file, is refused.
+func TestAppendAboveMark(t *testing.T) {
+	for _, c := range []struct {
+		name, queue, mark string
+		want              int64
+	}{
+		{"trimmed", "1\t5\tcheck\tk\tp\n", "7\n", 8},
+		{"empty", "", "7\n", 8},
+		{"absent-queue", "-", "7\n", 8},
+		{"below", "1\t5\tcheck\tk\tp\n", "3\n", 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, state := stateDir(t)
+			if c.queue != "-" {
+				if err := os.WriteFile(filepath.Join(dir, FileName), []byte(c.queue), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, MarkName), []byte(c.mark), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			w, err := Append(state, "check", "k", "p")
+			if err != nil || w.Seq != c.want {
+				t.Fatalf("appended %+v, %v; want queue-seq %d", w, err, c.want)
+			}
+			if w, err = Append(state, "check", "k", "p"); err != nil || w.Seq != c.want+1 {
+				t.Fatalf("then appended %+v, %v; want queue-seq %d", w, err, c.want+1)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		code errcode.Code
+		make func(p string) error
+	}{
+		{"garbage", errcode.SchemaInvalid, func(p string) error { return os.WriteFile(p, []byte("seven\n"), 0o600) }},
+		{"leading-zero", errcode.SchemaInvalid, func(p string) error { return os.WriteFile(p, []byte("07\n"), 0o600) }},
+		{"symlink", errcode.LinkUnsafe, func(p string) error {
+			os.WriteFile(p+".real", []byte("9\n"), 0o600)
+			return os.Symlink(p+".real", p)
+		}},
+		{"fifo", errcode.LinkUnsafe, func(p string) error { return syscall.Mkfifo(p, 0o600) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, state := stateDir(t)
+			if err := c.make(filepath.Join(dir, MarkName)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, c.code) {
+				t.Fatalf("append beside a %s mark: %v, want %s", c.name, err, c.code)
+			}
+		})
+	}
+}
