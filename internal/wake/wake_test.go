@@ -235,3 +235,15 @@ func TestAppendAboveMark(t *testing.T) {
 		})
 	}
 }
+
+// [WAKE-1] A queue whose last queue-seq is 2^63-1 cannot advance: the next
+// append is refused with sequence-exhausted, never wrapped.
+func TestAppendExhausted(t *testing.T) {
+	dir, state := stateDir(t)
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("1\t9223372036854775807\tcheck\tk\tp\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Append(state, "check", "k", "p"); !errcode.Is(err, errcode.SequenceExhausted) {
+		t.Fatalf("append after queue-seq 2^63-1: %v", err)
+	}
+}
