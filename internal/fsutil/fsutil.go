@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -99,12 +100,31 @@ func OpenNoFollow(path string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
+// tempPrefix and tempHex make the names of WriteTemp: tempPrefix and
+// 2*tempHex lowercase hex digits.
+const (
+	tempPrefix = ".tmp-"
+	tempHex    = 12
+)
+
+// IsTempName reports whether name is one WriteTemp makes. Such a file left
+// behind was never published: a process was killed between its write and
+// its rename.
+func IsTempName(name string) bool {
+	h, ok := strings.CutPrefix(name, tempPrefix)
+	if !ok || len(h) != 2*tempHex {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil && strings.ToLower(h) == h
+}
+
 // WriteTemp writes data to a new temp file in dir with mode, fsynced, and
 // returns its path.
 func WriteTemp(dir string, data []byte, mode os.FileMode) (string, error) {
-	var rnd [12]byte
+	var rnd [tempHex]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, ".tmp-"+hex.EncodeToString(rnd[:]))
+	tmp := filepath.Join(dir, tempPrefix+hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "create %q", tmp)

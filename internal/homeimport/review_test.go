@@ -2,10 +2,13 @@ package homeimport
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"firstmate.dev/fm/internal/testpkg"
 )
 
 // [HOME-4] [CAP-1] Hostile review: what the import cannot make one of fm's
@@ -101,4 +104,55 @@ func (f *fixture) plantResult(base string) string {
 	f.write(p, []byte("planted\n"), 0o600)
 	f.write(filepath.Join(f.h.Inbox(), base+".adapter"), []byte("web\n"), 0o600)
 	return p
+}
+
+// [HOME-4] A kill can land inside a write, not only after a durable change:
+// between a temporary file's creation and its rename, the journal's or a
+// kept copy's temporary file is left in data/imported or in the run. The
+// re-run removes them, so its home is exactly the one an uninterrupted
+// import gives.
+func TestImportRerunRemovesTornTemporaries(t *testing.T) {
+	f := newFixture(t)
+	snap := filepath.Join(t.TempDir(), "snap")
+	t.Cleanup(func() { testpkg.Unlock(snap) })
+	f.must(copyAll(f.base, snap))
+	restore := func() {
+		testpkg.Unlock(f.base)
+		f.must(os.RemoveAll(f.base))
+		f.must(copyAll(snap, f.base))
+	}
+	f.fm(0, "home", "import")
+	want := f.snapshot()
+	temp := func(dir string, data string) {
+		f.must(os.MkdirAll(dir, 0o700))
+		f.write(filepath.Join(dir, ".tmp-"+strings.Repeat("5a", 12)), []byte(data), 0o600)
+	}
+
+	// Killed while publishing the journal: no journal, its temporary file.
+	restore()
+	temp(filepath.Join(f.h.Dir, "data", "imported"), "20260101T000000Z\n")
+	f.fm(0, "home", "import")
+	if d := diff(want, f.snapshot()); d != "" {
+		t.Fatalf("after a kill inside the journal's write:\n%s", d)
+	}
+
+	// Killed while keeping copies: a journal, its run, temporary files in
+	// the run (beside a kept copy, and in a kept directory).
+	restore()
+	c := exec.Command(os.Args[0])
+	c.Env = append(append([]string{}, f.env...), killEnv+"=8")
+	if out, err := c.CombinedOutput(); err == nil {
+		t.Fatalf("the import was not killed: %s", out)
+	}
+	run, err := readJournal(f.h)
+	if err != nil || run == "" {
+		t.Fatalf("no run after a kill at point 8: %q %v", run, err)
+	}
+	runDir := filepath.Join(f.h.Dir, "data", "imported", run)
+	temp(runDir, "x")
+	temp(filepath.Join(runDir, "state", "procevent", ".lifecycle-owner.1"), "y")
+	f.fm(0, "home", "import")
+	if d := diff(want, f.snapshot()); d != "" {
+		t.Fatalf("after a kill inside a kept copy's write:\n%s", d)
+	}
 }
