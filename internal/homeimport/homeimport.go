@@ -62,6 +62,7 @@
 package homeimport
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -76,6 +77,7 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/lifecycle"
 	"firstmate.dev/fm/internal/procevent"
@@ -454,25 +456,35 @@ func (p *plan) scanState() error {
 	return nil
 }
 
-// highestWake is the highest queue-seq of a complete line of the queue.
+// highestWake is the highest queue-seq of a complete line of the queue. The
+// queue is read line by line in bounded memory: a line longer than 64 KiB
+// (fm writes none above wake.MaxField twice over) is skipped unparsed.
 func highestWake(queue string) (int64, error) {
-	f, err := os.Open(queue)
+	f, err := fsutil.OpenNoFollow(queue)
 	if err != nil {
-		return 0, errcode.Wrap(errcode.Internal, err, "read %s", queue)
+		return 0, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return 0, errcode.Wrap(errcode.Internal, err, "read %s", queue)
-	}
+	r := bufio.NewReaderSize(f, 64<<10)
 	var high int64
-	lines := strings.Split(string(data), "\n")
-	for _, l := range lines[:len(lines)-1] { // the last is empty or torn
-		if w, ok := wake.Parse(l); ok {
-			high = max(high, w.Seq)
+	for long := false; ; {
+		line, err := r.ReadSlice('\n')
+		switch {
+		case err == bufio.ErrBufferFull:
+			long = true
+			continue
+		case err == io.EOF: // the last line is empty or torn
+			return high, nil
+		case err != nil:
+			return 0, errcode.Wrap(errcode.Internal, err, "read %s", queue)
 		}
+		if !long {
+			if w, ok := wake.Parse(string(line[:len(line)-1])); ok {
+				high = max(high, w.Seq)
+			}
+		}
+		long = false
 	}
-	return high, nil
 }
 
 // wakeMark plans the high-water mark (wake.MarkName) in the state root s: at

@@ -156,3 +156,36 @@ func TestImportRerunRemovesTornTemporaries(t *testing.T) {
 		t.Fatalf("after a kill inside a kept copy's write:\n%s", d)
 	}
 }
+
+// [HOME-4] [WAKE-1] The earlier implementation's wake queue only grows, so
+// it may be far larger than memory allows to read at once: the import reads
+// it line by line in bounded memory. Here a 1 GiB queue (sparse: one line of
+// a gigabyte of NULs, then a complete wake) is imported by an fm whose data
+// segment is limited to 256 MiB; its highest queue-seq is still found.
+func TestImportHugeWakeQueue(t *testing.T) {
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("prlimit (util-linux) is missing")
+	}
+	f := newFixture(t)
+	q := f.h.WakeQueue()
+	fh, err := os.OpenFile(q, os.O_WRONLY, 0)
+	f.must(err)
+	f.must(fh.Truncate(1 << 30))
+	_, err = fh.WriteAt([]byte("\n1700000009\t42\tcheck\tprocevent:web:2\tcheck: procevent web web 2\n"), 1<<30)
+	f.must(err)
+	f.must(fh.Close())
+	c := exec.Command("prlimit", "--data=268435456", "--", fmBin, "home", "import", "--dry-run")
+	c.Env = f.env
+	out, err := c.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "queue-seq high-water mark 42 (was 7)") {
+		t.Fatalf("dry run on a 1 GiB queue with 256 MiB of data: %v\n%s", err, lastLine(string(out)))
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 && len(s)-i < 2000 {
+		return s[i+1:]
+	}
+	return s[max(0, len(s)-2000):]
+}
