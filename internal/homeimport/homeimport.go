@@ -28,9 +28,11 @@
 // Nothing changes before every check has passed: nothing of the earlier
 // implementation (or of fm) may run (busy.go), every file to convert is one
 // regular file the user owns and parses, and every transfer unit matches its
-// receipt. The plan is made under fm's lifecycle lock ([LIFE-1]), and the
-// procevent records are written while the import holds serve's lock. Then,
-// in this order, each step durable before the next:
+// receipt. The plan is made under fm's lifecycle lock ([LIFE-1]); when it
+// writes procevent records, serve's lock is taken (without waiting: home-busy)
+// after the checks and before the first change, and held to the end, since
+// serve takes no lifecycle lock. Then, in this order, each step durable
+// before the next:
 //
 //  1. modes (chmod in place: nothing is replaced), files first and the wake
 //     queue first of all, so fm wake reads the queue from the first step on;
@@ -121,6 +123,10 @@ func (r *Report) Summary() string {
 // crashPoint, when set (by tests only), is called after every durable change
 // the import makes; a test kills the process there.
 var crashPoint func()
+
+// beforeChange, when set (by tests only), is called once every check has
+// passed, right before the import takes serve's lock and changes anything.
+var beforeChange func()
 
 // Import converts h (see the package documentation). With dryRun it changes
 // nothing and reports what it would do. A home with nothing of the earlier
@@ -840,6 +846,21 @@ func (p *plan) execute(rep *Report) error {
 			crashPoint()
 		}
 	}
+	if beforeChange != nil {
+		beforeChange()
+	}
+	// Serve's lock is held from before the first change, and only when there
+	// are procevent records to write: serve takes no lifecycle lock, and
+	// would otherwise start between the checks and the first change.
+	writes := len(p.results)+len(p.handled)+len(p.counters)+len(p.sources) > 0
+	var serve *procevent.ServeLock
+	if writes {
+		var err error
+		if serve, err = procevent.LockServe(p.h); err != nil {
+			return err
+		}
+		defer serve.Close()
+	}
 	for _, m := range slices.Concat(p.files, p.dirs) {
 		if err := os.Chmod(m.path, os.FileMode(m.to)); err != nil {
 			return errcode.Wrap(errcode.Internal, err, "chmod %s", m.path)
@@ -852,10 +873,10 @@ func (p *plan) execute(rep *Report) error {
 	}
 	rep.Backup = run
 	point()
-	// The serve lock is taken once the directories pass fm's rules, and
-	// only when there are procevent records to write.
-	if len(p.results)+len(p.handled)+len(p.counters)+len(p.sources) > 0 {
-		im, err := procevent.OpenImporter(p.h)
+	// The records are written through directories pinned once they pass
+	// fm's rules.
+	if writes {
+		im, err := procevent.OpenImporter(p.h, serve)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package homeimport
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/testpkg"
 )
 
@@ -188,4 +192,43 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s[max(0, len(s)-2000):]
+}
+
+// [HOME-4] [LIFE-1] fm procevent serve started after the import's checks but
+// before its first change (a real race: serve takes no lifecycle lock) makes
+// the import refuse with home-busy with the home unchanged, not after it
+// tightened modes and opened its run. Here the test takes serve's lock in
+// that window.
+func TestImportServeStartedBeforeFirstChange(t *testing.T) {
+	f := newFixture(t)
+	t.Setenv("FM_PROCEVENT_CLAIM_ROOT", f.claims)
+	lock := filepath.Join(f.h.Registrations(), "serve.lock")
+	f.write(lock, nil, 0o600)
+	before := f.snapshot()
+	var held *os.File
+	beforeChange = func() {
+		var err error
+		if held, err = os.OpenFile(lock, os.O_RDWR, 0); err == nil {
+			err = unix.Flock(int(held.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		}
+		f.must(err)
+	}
+	t.Cleanup(func() {
+		beforeChange = nil
+		if held != nil {
+			held.Close()
+		}
+	})
+	if _, err := Import(context.Background(), f.h, false); !errcode.Is(err, errcode.HomeBusy) || !strings.Contains(err.Error(), lock) {
+		t.Fatalf("import while serve took its lock: %v", err)
+	}
+	if d := diff(before, f.snapshot()); d != "" {
+		t.Fatalf("a refused import changed the home:\n%s", d)
+	}
+	beforeChange = nil
+	held.Close()
+	held = nil
+	if _, err := Import(context.Background(), f.h, false); err != nil {
+		t.Fatalf("the import once serve stopped: %v", err)
+	}
 }

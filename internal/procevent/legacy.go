@@ -121,19 +121,78 @@ func heldIn(reg *os.File, serve bool) ([]string, error) {
 	return out, nil
 }
 
-// Importer writes fm's procevent records for `fm home import`. It holds the
-// serve lock of the home for its life, so no fm procevent serve starts while
-// the import runs, and it was opened only while no source's claim was held.
+// ServeLock is the serve lock of a home held by fm home import from before
+// its first change to its end, so that no fm procevent serve starts in
+// between (serve takes no lifecycle lock).
+type ServeLock struct{ f *os.File }
+
+// LockServe takes the serve lock of h without waiting and checks that no fm
+// runner holds a source's claim: home-busy otherwise. The registry is opened
+// without following a link, but its mode is not checked: the import tightens
+// it afterwards. nil when there is no registry (OpenImporter then takes the
+// lock itself).
+func LockServe(h *home.Home) (*ServeLock, error) {
+	fd, err := unix.Open(h.Registrations(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", h.Registrations())
+	}
+	reg := os.NewFile(uintptr(fd), h.Registrations())
+	defer reg.Close()
+	f, err := takeServe(reg, h)
+	if err != nil {
+		return nil, err
+	}
+	return &ServeLock{f}, nil
+}
+
+// Close releases the lock (nil: nothing held).
+func (l *ServeLock) Close() {
+	if l != nil {
+		l.f.Close()
+	}
+}
+
+// takeServe takes the serve lock in the registry reg without waiting, then
+// checks that no runner holds a claim there.
+func takeServe(reg *os.File, h *home.Home) (*os.File, error) {
+	lock, err := lockFile(reg, "serve.lock")
+	if err != nil {
+		return nil, err
+	}
+	ok, err := tryLock(lock, unix.LOCK_EX)
+	if err == nil && !ok {
+		err = errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, lock.Name())
+	}
+	var busy []string
+	if err == nil {
+		if busy, err = heldIn(reg, false); err == nil && len(busy) > 0 {
+			err = errcode.New(errcode.HomeBusy, "an fm runner holds %s; wait for its poll to end (or stop fm procevent start), then run fm home import again", strings.Join(busy, ", "))
+		}
+	}
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return lock, nil
+}
+
+// Importer writes fm's procevent records for `fm home import` while the
+// serve lock of the home is held, so no fm procevent serve runs meanwhile;
+// it was opened only while no source's claim was held.
 type Importer struct {
 	d     *dirs
-	serve *os.File
+	serve *os.File // its own lock, or nil when the caller holds one
 }
 
 // OpenImporter pins the state root, the registry and the inbox of h
-// (creating the registry and the inbox 0700 when absent), takes the serve
-// lock without waiting and checks that no runner holds a claim: home-busy
-// otherwise.
-func OpenImporter(h *home.Home) (*Importer, error) {
+// (creating the registry and the inbox 0700 when absent). With held (from
+// LockServe, still held by the caller) it checks that held is the serve lock
+// of the pinned registry; without, it takes the serve lock itself. home-busy
+// while serve runs or a runner holds a claim.
+func OpenImporter(h *home.Home, held *ServeLock) (*Importer, error) {
 	d, err := openDirs(h, false, true)
 	if err != nil {
 		return nil, err
@@ -142,34 +201,27 @@ func OpenImporter(h *home.Home) (*Importer, error) {
 		d.close()
 		return nil, err
 	}
-	lock, err := lockFile(d.reg, "serve.lock")
-	if err == nil {
-		var ok bool
-		if ok, err = tryLock(lock, unix.LOCK_EX); err == nil && !ok {
-			err = errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, lock.Name())
-		}
-		if err != nil {
-			lock.Close()
+	im := &Importer{d: d}
+	if held == nil {
+		im.serve, err = takeServe(d.reg, h)
+	} else if ok, lerr := linked(d.reg, "serve.lock", held.f); lerr != nil || !ok {
+		err = lerr
+		if err == nil {
+			err = errcode.New(errcode.HomeBusy, "the serve lock %s was removed or replaced during the import; stop whatever did it, then run fm home import again", held.f.Name())
 		}
 	}
 	if err != nil {
 		d.close()
 		return nil, err
 	}
-	im := &Importer{d: d, serve: lock}
-	if busy, err := heldIn(d.reg, false); err != nil || len(busy) > 0 {
-		im.Close()
-		if err == nil {
-			err = errcode.New(errcode.HomeBusy, "an fm runner holds %s; wait for its poll to end (or stop fm procevent start), then run fm home import again", strings.Join(busy, ", "))
-		}
-		return nil, err
-	}
 	return im, nil
 }
 
-// Close releases the serve lock and the directory handles.
+// Close releases the directory handles, and the serve lock it took.
 func (im *Importer) Close() {
-	im.serve.Close()
+	if im.serve != nil {
+		im.serve.Close()
+	}
 	im.d.close()
 }
 
