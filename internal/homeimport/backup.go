@@ -205,9 +205,18 @@ func copyTree(src, dst string) error {
 			return fail(err)
 		}
 	default:
-		return errcode.New(errcode.PathUnsafe, "%s is not a file, a symlink or a directory; move it aside", src)
+		return keepable(src, fi.Mode().Type())
 	}
 	return nil
+}
+
+// keepable refuses what keep cannot copy: anything but a regular file, a
+// symlink or a directory (of type t).
+func keepable(path string, t fs.FileMode) error {
+	if t.IsRegular() || t == fs.ModeSymlink || t == fs.ModeDir {
+		return nil
+	}
+	return errcode.New(errcode.PathUnsafe, "%s is not a file, a symlink or a directory, so it cannot be kept; move it aside, then run fm home import again", path)
 }
 
 // replaceFile durably replaces path with data (mode 0600) by renaming a

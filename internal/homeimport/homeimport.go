@@ -68,6 +68,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -389,6 +390,19 @@ func scan(h *home.Home) (*plan, error) {
 			return nil, err
 		}
 	}
+	// What is removed is first kept by copy (keep): anything that cannot be
+	// copied is refused now, before anything changes.
+	for _, r := range p.removals {
+		err := filepath.WalkDir(r, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return errcode.Wrap(errcode.Internal, err, "read %s", path)
+			}
+			return keepable(path, d.Type())
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	if !p.legacy() {
 		// A home of fm's: its modes are fm doctor's business, not the
 		// import's.
@@ -449,17 +463,15 @@ func (p *plan) scanState() error {
 			return err
 		}
 	}
-	mark, err := wakeMark(s, high)
-	if err != nil {
-		return err
-	}
-	if mark != nil && exists(mark.path) {
-		if _, err := p.private(mark.path, false); err != nil {
+	// The mark is made private even when its value stays: wake.Append
+	// reads it on every append.
+	if path := filepath.Join(s, wake.MarkName); exists(path) {
+		if _, err := p.private(path, false); err != nil {
 			return err
 		}
 	}
-	p.mark = mark
-	return nil
+	p.mark, err = wakeMark(s, high)
+	return err
 }
 
 // highestWake is the highest queue-seq of a complete line of the queue. The

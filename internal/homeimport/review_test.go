@@ -13,6 +13,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/internal/wake"
 )
 
 // [HOME-4] [CAP-1] Hostile review: what the import cannot make one of fm's
@@ -62,6 +63,21 @@ func TestImportRefusesBeforeAnyChange(t *testing.T) {
 			f.must(os.Mkdir(elsewhere, 0o700))
 			p := filepath.Join(dir, "20260101T000000Z")
 			f.must(os.Symlink(elsewhere, p))
+			return p
+		}},
+		// A runtime file to remove is first kept by copy: a FIFO (or one
+		// inside a directory) cannot be, so it is refused up front, not
+		// after the modes were changed.
+		{"runtime-fifo", "path-unsafe", func(f *fixture) string {
+			p := filepath.Join(f.h.Registrations(), ".owner-lease")
+			f.must(os.Remove(p))
+			f.must(unix.Mkfifo(p, 0o600))
+			return p
+		}},
+		{"fifo-in-marker-dir", "path-unsafe", func(f *fixture) string {
+			p := filepath.Join(f.h.State, ".seen-procevent-00", "fifo")
+			f.must(os.Mkdir(filepath.Dir(p), 0o700))
+			f.must(unix.Mkfifo(p, 0o600))
 			return p
 		}},
 		// A claim of one of this home's sources that cannot be read, or
@@ -230,5 +246,32 @@ func TestImportServeStartedBeforeFirstChange(t *testing.T) {
 	held = nil
 	if _, err := Import(context.Background(), f.h, false); err != nil {
 		t.Fatalf("the import once serve stopped: %v", err)
+	}
+}
+
+// [HOME-4] [WAKE-1] The high-water mark is a private file after the import
+// even when its value does not change (wake.Append reads it on every append
+// and refuses it otherwise): a 0644 mark is made 0600, a mark of another
+// owner is refused (root only).
+func TestImportMakesMarkPrivate(t *testing.T) {
+	f := newFixture(t)
+	mark := filepath.Join(f.h.State, wake.MarkName)
+	f.must(os.Chmod(mark, 0o644))
+	f.fm(0, "home", "import")
+	if m := mode(t, mark); m != 0o600 {
+		t.Fatalf("the mark is %04o after the import", m)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	f = newFixture(t)
+	mark = filepath.Join(f.h.State, wake.MarkName)
+	f.must(os.Lchown(mark, 65534, 65534))
+	before := f.snapshot()
+	if e := f.refused("owner-mismatch", "home", "import"); !strings.Contains(e, mark) {
+		t.Fatal(e)
+	}
+	if d := diff(before, f.snapshot()); d != "" {
+		t.Fatalf("changed:\n%s", d)
 	}
 }
