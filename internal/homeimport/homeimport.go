@@ -619,6 +619,9 @@ func (p *plan) scanInbox() error {
 	for _, n := range names {
 		id, seq, suffix, ok := splitName(n)
 		if !ok {
+			if strings.HasSuffix(n, resultSuffix) {
+				p.warnings = append(p.warnings, Line{"ignored", relative(p.h, filepath.Join(inbox, n)), "not a result name fm reads (<source-id>.<seq>.result, seq 1 or more without a leading zero); left as it is, not in fm's inbox"})
+			}
 			continue
 		}
 		path := filepath.Join(inbox, n)

@@ -275,3 +275,28 @@ func TestImportMakesMarkPrivate(t *testing.T) {
 		t.Fatalf("changed:\n%s", d)
 	}
 }
+
+// [HOME-4] [CAP-1] A result file whose name fm does not read as
+// <id>.<seq>.result (sequence 0, a leading zero, beyond 2^63-1, a bad source
+// id) is neither converted nor dropped: it is left as it is, and the import
+// says so on an "ignored" line, so the operator knows it is not in the
+// inbox.
+func TestImportReportsIgnoredResults(t *testing.T) {
+	f := newFixture(t)
+	names := []string{"web.0.result", "web.01.result", "web.9223372036854775808.result", "bad id.1.result"}
+	for _, n := range names {
+		f.write(filepath.Join(f.h.Inbox(), n), []byte(n), 0o600)
+	}
+	out := f.fm(0, "home", "import")
+	for _, n := range names {
+		if !strings.Contains(out, "ignored state/procevent-inbox/"+n+": ") {
+			t.Errorf("no ignored line for %s:\n%s", n, out)
+		}
+		if data, err := os.ReadFile(filepath.Join(f.h.Inbox(), n)); err != nil || string(data) != n {
+			t.Errorf("%s was touched: %q %v", n, data, err)
+		}
+	}
+	if !strings.HasSuffix(out, "imported: sources=3 results=4 unhandled=2 transfers=1\n") {
+		t.Fatalf("the counts changed:\n%s", out)
+	}
+}
