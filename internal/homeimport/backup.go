@@ -37,6 +37,21 @@ const journalName = ".current"
 // directory fm lists, and removed by a re-run after a crash.
 const tempPrefix = ".fm-import-"
 
+// ownTemp reports whether name in dir is one of the import's temporary
+// files: tempPrefix and 16 lowercase hex digits, a regular file. Anything
+// else that merely starts so is the operator's, and is left alone.
+func ownTemp(dir, name string) bool {
+	h, ok := strings.CutPrefix(name, tempPrefix)
+	if !ok || len(h) != 16 || strings.ToLower(h) != h {
+		return false
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(dir, name))
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // imported is data/imported of h.
 func imported(h *home.Home) string { return filepath.Join(h.Dir, "data", "imported") }
 

@@ -449,7 +449,7 @@ func (p *plan) scanState() error {
 		switch {
 		case n == ".wake-queue.lock" || strings.HasPrefix(n, ".seen-procevent-"):
 			p.removals = append(p.removals, filepath.Join(s, n))
-		case strings.HasPrefix(n, tempPrefix):
+		case ownTemp(s, n):
 			p.temps = append(p.temps, filepath.Join(s, n))
 		}
 	}
@@ -559,7 +559,7 @@ func (p *plan) scanReceipts() error {
 			}
 			for _, u := range units {
 				unit := filepath.Join(vdir, u)
-				if strings.HasPrefix(u, tempPrefix) {
+				if ownTemp(vdir, u) {
 					p.temps = append(p.temps, unit)
 					continue
 				}

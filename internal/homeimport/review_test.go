@@ -300,3 +300,36 @@ func TestImportReportsIgnoredResults(t *testing.T) {
 		t.Fatalf("the counts changed:\n%s", out)
 	}
 }
+
+// [HOME-4] A re-run removes the import's own temporary files of a killed run
+// (.fm-import-<16 hex>, regular files), and nothing else that merely starts
+// so: a directory, or a file with another name, is left with its contents.
+func TestImportRemovesOnlyItsOwnTemporaries(t *testing.T) {
+	f := newFixture(t)
+	own := filepath.Join(f.h.State, ".fm-import-"+strings.Repeat("ab", 8))
+	f.write(own, []byte("torn"), 0o600)
+	vdir := filepath.Dir(f.unit())
+	ownUnit := filepath.Join(vdir, ".fm-import-"+strings.Repeat("cd", 8))
+	f.write(ownUnit, []byte("torn"), 0o600)
+	keep := []string{
+		filepath.Join(f.h.State, ".fm-import-notes"),
+		filepath.Join(f.h.State, ".fm-import-"+strings.Repeat("ef", 8)+"x"),
+		filepath.Join(f.h.State, ".fm-import-"+strings.Repeat("12", 8), "precious"),
+		filepath.Join(vdir, ".fm-import-"+strings.Repeat("34", 8), "precious"),
+	}
+	for _, p := range keep {
+		f.must(os.MkdirAll(filepath.Dir(p), 0o700))
+		f.write(p, []byte("mine"), 0o600)
+	}
+	f.fm(0, "home", "import")
+	for _, p := range []string{own, ownUnit} {
+		if exists(p) {
+			t.Errorf("the import's own temporary file %s is left", p)
+		}
+	}
+	for _, p := range keep {
+		if data, err := os.ReadFile(p); err != nil || string(data) != "mine" {
+			t.Errorf("%s was removed or changed: %q %v", p, data, err)
+		}
+	}
+}
