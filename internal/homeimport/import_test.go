@@ -26,6 +26,7 @@ func TestReadersRefuseEarlierFormat(t *testing.T) {
 	for _, args := range [][]string{
 		{"procevent", "inbox"},
 		{"procevent", "list"},
+		{"wake", "list"},
 		{"procevent", "classify", filepath.Join(f.h.Inbox(), "mail.3.result")},
 		{"procevent", "retire", "mail", "--if-owner", f.mailToken},
 		{"extension", "retire-transfer", xferID, "--if-transfer-digest", f.transferDigest, "--if-binding-digest", f.xfer.Digest},

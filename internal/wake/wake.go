@@ -151,7 +151,8 @@ func Append(state *os.File, kind, key, payload string) (Wake, error) {
 	}
 	size, err := check(f)
 	if err != nil {
-		return Wake{}, err
+		var st unix.Stat_t
+		return Wake{}, earlier(err, unix.Fstatat(int(state.Fd()), earlierLock, &st, unix.AT_SYMLINK_NOFOLLOW) == nil, display)
 	}
 	last, torn, err := lastSeq(f, size)
 	if err != nil {
@@ -189,6 +190,22 @@ func lock(fd int) error {
 			return err
 		}
 	}
+}
+
+// earlierLock is the earlier Firstmate implementation's lock beside its
+// queue. fm never makes it, and fm home import removes it (after it made the
+// queue 0600, its first step).
+const earlierLock = ".wake-queue.lock"
+
+// earlier turns err, the refusal of the queue at path, into
+// home-import-needed when it is the mode and the earlier implementation's
+// lock lies beside the queue (locked): that queue is the earlier
+// implementation's, and fm home import converts it.
+func earlier(err error, locked bool, path string) error {
+	if !locked || !errcode.Is(err, errcode.ModeUnsafe) {
+		return err
+	}
+	return errcode.New(errcode.HomeImportNeeded, "wake queue %q is not 0600 and the earlier Firstmate implementation's %s lies beside it; this home was written by the earlier Firstmate implementation: stop it, then run fm home import", path, earlierLock)
 }
 
 // check applies the private-file rule to the open queue and returns its size.
@@ -288,7 +305,8 @@ func open(stateDir string) (*os.File, error) {
 	f := os.NewFile(uintptr(fd), path)
 	if _, err := check(f); err != nil {
 		f.Close()
-		return nil, err
+		_, lerr := os.Lstat(filepath.Join(stateDir, earlierLock))
+		return nil, earlier(err, lerr == nil, path)
 	}
 	return f, nil
 }
