@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	json "github.com/go-json-experiment/json"
 
@@ -250,6 +251,9 @@ func readNames(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		return nil, errcode.New(errcode.PathUnsafe, "%s is not a directory; move it aside, then run fm home import again", dir)
 	}
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "read %s", dir)

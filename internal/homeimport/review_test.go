@@ -80,6 +80,19 @@ func TestImportRefusesBeforeAnyChange(t *testing.T) {
 			f.must(unix.Mkfifo(p, 0o600))
 			return p
 		}},
+		// A FIFO where a directory is listed is refused as such, without
+		// blocking (os.ReadDir opens with O_DIRECTORY).
+		{"registry-fifo", "path-unsafe", func(f *fixture) string {
+			p := f.h.Registrations()
+			f.must(os.Rename(p, p+".moved"))
+			f.must(unix.Mkfifo(p, 0o600))
+			return p
+		}},
+		{"claim-root-fifo", "path-unsafe", func(f *fixture) string {
+			f.must(os.RemoveAll(f.claims))
+			f.must(unix.Mkfifo(f.claims, 0o600))
+			return f.claims
+		}},
 		// A claim of one of this home's sources that cannot be read, or
 		// that is active with no readable pid, may be a live runner's:
 		// the import cannot tell, so it refuses (as for a runner file
