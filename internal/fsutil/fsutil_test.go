@@ -81,3 +81,22 @@ func TestMkdirAllSync(t *testing.T) {
 		t.Error("created something below a file")
 	}
 }
+
+// [HOME-4] IsTempName recognises exactly the names WriteTemp makes, so a
+// re-run of fm home import removes the temporary files a kill left and
+// nothing else.
+func TestIsTempName(t *testing.T) {
+	dir := t.TempDir()
+	p, err := WriteTemp(dir, []byte("x"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsTempName(filepath.Base(p)) {
+		t.Fatalf("%s is not recognised", p)
+	}
+	for _, n := range []string{".tmp-", ".tmp-12-34-5A5A5A5A5A5A5A5A", ".tmp-12-34-5a5a5a5a5a5a5a", ".tmp-12-34-5a5a5a5a5a5a5a5a5a", ".tmp-12-34-5a5a5a5a5a5a5a5g", ".tmp-012-34-5a5a5a5a5a5a5a5a", ".tmp-12-5a5a5a5a5a5a5a5a", "tmp-12-34-5a5a5a5a5a5a5a5a", ".tmp-5a5a5a5a5a5a5a5a5a5a5a5a", "receipt.json"} {
+		if IsTempName(n) {
+			t.Errorf("%q is taken for a temporary file", n)
+		}
+	}
+}

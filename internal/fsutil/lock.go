@@ -228,6 +228,11 @@ func openProbe(dir *os.File, name string, o LockOptions) (*os.File, *unix.Stat_t
 // queue). It is open read-write with O_APPEND.
 func (l *Locked) File() *os.File { return l.f }
 
+// At reports whether the locked file is still the entry name of dir (not
+// removed or replaced since it was locked), for a holder that pinned dir
+// again since.
+func (l *Locked) At(dir *os.File, name string) (bool, error) { return sameFile(dir, name, l.f) }
+
 // Release drops the lock. It may be called more than once, and on nil.
 func (l *Locked) Release() {
 	if l == nil {

@@ -72,20 +72,38 @@ func startTime(pid int) (uint64, bool) {
 	return start, err == nil
 }
 
-// TempDead reports whether the temp name's writer has provably exited: the
-// name carries a writer, and no process runs with that pid and start time.
-func TempDead(name string) bool {
-	rest, ok := strings.CutPrefix(name, TempPrefix)
-	if !ok {
-		return false
-	}
+// parseTempName returns the writer's pid and start time of a name TempName
+// made; ok is false for any other name.
+func parseTempName(name string) (pid int, start uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, TempPrefix)
 	parts := strings.Split(rest, "-")
-	if len(parts) != 3 {
-		return false
+	if !found || len(parts) != 3 || len(parts[2]) != 16 || strings.ToLower(parts[2]) != parts[2] {
+		return 0, 0, false
+	}
+	if _, err := hex.DecodeString(parts[2]); err != nil {
+		return 0, 0, false
 	}
 	pid, err1 := strconv.Atoi(parts[0])
 	start, err2 := strconv.ParseUint(parts[1], 10, 64)
-	if err1 != nil || err2 != nil || pid <= 0 || start == 0 || strconv.Itoa(pid) != parts[0] {
+	if err1 != nil || err2 != nil || pid <= 0 || strconv.Itoa(pid) != parts[0] || strconv.FormatUint(start, 10) != parts[1] {
+		return 0, 0, false
+	}
+	return pid, start, true
+}
+
+// IsTempName reports whether name is one TempName makes (a file that was
+// never published: its writer was killed, or still runs, between its write
+// and its rename).
+func IsTempName(name string) bool {
+	_, _, ok := parseTempName(name)
+	return ok
+}
+
+// TempDead reports whether the temp name's writer has provably exited: the
+// name carries a writer, and no process runs with that pid and start time.
+func TempDead(name string) bool {
+	pid, start, ok := parseTempName(name)
+	if !ok || start == 0 {
 		return false
 	}
 	now, alive := startTime(pid)

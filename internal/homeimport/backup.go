@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,6 +37,21 @@ const journalName = ".current"
 // directory fm lists, and removed by a re-run after a crash.
 const tempPrefix = ".fm-import-"
 
+// ownTemp reports whether name in dir is one of the import's temporary
+// files: tempPrefix and 16 lowercase hex digits, a regular file. Anything
+// else that merely starts so is the operator's, and is left alone.
+func ownTemp(dir, name string) bool {
+	h, ok := strings.CutPrefix(name, tempPrefix)
+	if !ok || len(h) != 16 || strings.ToLower(h) != h {
+		return false
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(dir, name))
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // imported is data/imported of h.
 func imported(h *home.Home) string { return filepath.Join(h.Dir, "data", "imported") }
 
@@ -51,7 +67,11 @@ func relative(h *home.Home, path string) string {
 }
 
 // openRun returns the run directory of the import: the one the journal
-// names, or a new one (journal published) when there is none.
+// names, or a new one when there is none. The journal is published before
+// the run is created, so a kill between the two leaves no run that no
+// journal names. Temporary files of writes a kill interrupted (fsutil's, of
+// the journal in data/imported and of kept copies in the run) are removed
+// first: a re-run then leaves what an uninterrupted import leaves.
 func openRun(h *home.Home) (string, error) {
 	dir := imported(h)
 	if err := home.EnsurePrivate(filepath.Dir(dir), false); err != nil {
@@ -60,32 +80,45 @@ func openRun(h *home.Home) (string, error) {
 	if err := home.EnsurePrivate(dir, true); err != nil {
 		return "", err
 	}
-	journal := filepath.Join(dir, journalName)
-	if name, err := readJournal(h); err != nil || name != "" {
-		if err != nil {
+	if err := removeTemps(dir, false); err != nil {
+		return "", err
+	}
+	name, err := readJournal(h)
+	if err != nil {
+		return "", err
+	}
+	if name == "" {
+		name = time.Now().UTC().Format("20060102T150405Z")
+		for i := 2; exists(filepath.Join(dir, name)); i++ {
+			name = time.Now().UTC().Format("20060102T150405Z") + "-" + strconv.Itoa(i)
+		}
+		if err := fsutil.PublishNoReplace(dir, filepath.Join(dir, journalName), []byte(name+"\n"), 0o600); err != nil {
 			return "", err
 		}
-		run := filepath.Join(dir, name)
-		return run, home.EnsurePrivate(run, true)
 	}
-	name := time.Now().UTC().Format("20060102T150405Z")
-	for i := 2; ; i++ {
-		err := os.Mkdir(filepath.Join(dir, name), 0o700)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, os.ErrExist) {
-			return "", errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(dir, name))
-		}
-		name = time.Now().UTC().Format("20060102T150405Z") + "-" + strconv.Itoa(i)
-	}
-	if err := fsutil.SyncDir(dir); err != nil {
+	run := filepath.Join(dir, name)
+	if err := home.EnsurePrivate(run, true); err != nil {
 		return "", err
 	}
-	if err := fsutil.PublishNoReplace(dir, journal, []byte(name+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, name), nil
+	return run, removeTemps(run, true)
+}
+
+// removeTemps durably removes fsutil's temporary files in dir and, with
+// deep, in every directory below it (links are not followed).
+func removeTemps(dir string, deep bool) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return errcode.Wrap(errcode.Internal, err, "read %s", p)
+		case d.IsDir():
+			if p != dir && !deep {
+				return filepath.SkipDir
+			}
+		case d.Type().IsRegular() && fsutil.IsTempName(d.Name()):
+			return removePath(p)
+		}
+		return nil
+	})
 }
 
 // readJournal returns the run an interrupted import was using, or "".
@@ -187,9 +220,18 @@ func copyTree(src, dst string) error {
 			return fail(err)
 		}
 	default:
-		return errcode.New(errcode.PathUnsafe, "%s is not a file, a symlink or a directory; move it aside", src)
+		return keepable(src, fi.Mode().Type())
 	}
 	return nil
+}
+
+// keepable refuses what keep cannot copy: anything but a regular file, a
+// symlink or a directory (of type t).
+func keepable(path string, t fs.FileMode) error {
+	if t.IsRegular() || t == fs.ModeSymlink || t == fs.ModeDir {
+		return nil
+	}
+	return errcode.New(errcode.PathUnsafe, "%s is not a file, a symlink or a directory, so it cannot be kept; move it aside, then run fm home import again", path)
 }
 
 // replaceFile durably replaces path with data (mode 0600) by renaming a

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	json "github.com/go-json-experiment/json"
 
@@ -166,17 +167,33 @@ func busy(h *home.Home) ([]string, error) {
 			if !ok {
 				continue
 			}
-			data, err := readSmall(filepath.Join(root, n))
-			if err != nil {
+			path := filepath.Join(root, n)
+			var l []string
+			data, err := readSmall(path)
+			if err == nil {
+				l = strings.Split(string(data), "\n")
+			}
+			if len(l) < 8 {
+				// Unreadable or cut short: it cannot be told whose it is,
+				// nor whether its runner lives. A claim of one of this
+				// home's sources may be a live runner's, so it refuses.
+				if ids[id] || len(l) > 0 && samePath(l[0], h.Dir) {
+					out = append(out, fmt.Sprintf("the claim %s of source %q cannot be read as a claim (a regular file of 12 lines): make sure no runner of that source runs, then remove it", path, id))
+				}
 				continue
 			}
-			l := strings.Split(string(data), "\n")
-			if len(l) < 8 || !samePath(l[0], h.Dir) && !samePath(l[7], h.State) {
+			if !samePath(l[0], h.Dir) && !samePath(l[7], h.State) {
 				continue // another home's
 			}
 			ids[id] = true
-			if pid, err := strconv.Atoi(l[1]); err == nil && l[6] == "active" && alive(pid) {
-				out = append(out, fmt.Sprintf("the claim %s of source %q is active and its runner pid %d is alive: stop that runner and wait until it exits", filepath.Join(root, n), id, pid))
+			if l[6] == "terminal" {
+				continue
+			}
+			switch pid, err := strconv.Atoi(l[1]); {
+			case err != nil || pid <= 0:
+				out = append(out, fmt.Sprintf("the claim %s of source %q is %q but holds no runner pid: make sure no runner of that source runs, then remove it", path, id, l[6]))
+			case alive(pid):
+				out = append(out, fmt.Sprintf("the claim %s of source %q is %q and its runner pid %d is alive: stop that runner and wait until it exits", path, id, l[6], pid))
 			}
 		}
 		for id := range ids {
@@ -234,6 +251,9 @@ func readNames(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		return nil, errcode.New(errcode.PathUnsafe, "%s is not a directory; move it aside, then run fm home import again", dir)
 	}
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "read %s", dir)

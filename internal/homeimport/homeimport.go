@@ -28,9 +28,11 @@
 // Nothing changes before every check has passed: nothing of the earlier
 // implementation (or of fm) may run (busy.go), every file to convert is one
 // regular file the user owns and parses, and every transfer unit matches its
-// receipt. The plan is made under fm's lifecycle lock ([LIFE-1]), and the
-// procevent records are written while the import holds serve's lock. Then,
-// in this order, each step durable before the next:
+// receipt. The plan is made under fm's lifecycle lock ([LIFE-1]); when it
+// writes procevent records, serve's lock is taken (without waiting: home-busy)
+// after the checks and before the first change, and held to the end, since
+// serve takes no lifecycle lock. Then, in this order, each step durable
+// before the next:
 //
 //  1. modes (chmod in place: nothing is replaced), files first and the wake
 //     queue first of all, so fm wake reads the queue from the first step on;
@@ -64,6 +66,7 @@ package homeimport
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,6 +78,7 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/lifecycle"
 	"firstmate.dev/fm/internal/procevent"
@@ -118,6 +122,10 @@ func (r *Report) Summary() string {
 // crashPoint, when set (by tests only), is called after every durable change
 // the import makes; a test kills the process there.
 var crashPoint func()
+
+// beforeChange, when set (by tests only), is called once every check has
+// passed, right before the import takes serve's lock and changes anything.
+var beforeChange func()
 
 // Import converts h (see the package documentation). With dryRun it changes
 // nothing and reports what it would do. A home with nothing of the earlier
@@ -350,8 +358,7 @@ func exists(path string) bool {
 // made here, before anything changes.
 func scan(h *home.Home) (*plan, error) {
 	p := &plan{h: h}
-	var err error
-	if p.journal, err = readJournal(h); err != nil {
+	if err := p.scanImported(); err != nil {
 		return nil, err
 	}
 	if !exists(h.State) {
@@ -381,12 +388,52 @@ func scan(h *home.Home) (*plan, error) {
 			return nil, err
 		}
 	}
+	// What is removed is first kept by copy (keep): anything that cannot be
+	// copied is refused now, before anything changes.
+	for _, r := range p.removals {
+		err := filepath.WalkDir(r, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return errcode.Wrap(errcode.Internal, err, "read %s", path)
+			}
+			return keepable(path, d.Type())
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	if !p.legacy() {
 		// A home of fm's: its modes are fm doctor's business, not the
 		// import's.
 		p.dirs, p.files, p.mark = nil, nil, nil
 	}
 	return p, nil
+}
+
+// scanImported checks where the import keeps its copies (data/, data/imported
+// and the run an interrupted import names) before anything changes: openRun
+// would refuse them only after the modes were already changed. The journal
+// is read here too.
+func (p *plan) scanImported() error {
+	dir := imported(p.h)
+	if data := filepath.Dir(dir); exists(data) {
+		if err := home.CheckPrivate(data, false); err != nil {
+			return err
+		}
+	}
+	if !exists(dir) {
+		return nil
+	}
+	if _, err := p.private(dir, true); err != nil {
+		return err
+	}
+	var err error
+	if p.journal, err = readJournal(p.h); err != nil || p.journal == "" {
+		return err
+	}
+	if run := filepath.Join(dir, p.journal); exists(run) {
+		_, err = p.private(run, true)
+	}
+	return err
 }
 
 // scanState plans the wake queue, its mark, and the markers beside it.
@@ -400,7 +447,7 @@ func (p *plan) scanState() error {
 		switch {
 		case n == ".wake-queue.lock" || strings.HasPrefix(n, ".seen-procevent-"):
 			p.removals = append(p.removals, filepath.Join(s, n))
-		case strings.HasPrefix(n, tempPrefix):
+		case ownTemp(s, n):
 			p.temps = append(p.temps, filepath.Join(s, n))
 		}
 	}
@@ -414,26 +461,24 @@ func (p *plan) scanState() error {
 			return err
 		}
 	}
-	mark, err := wakeMark(s, high)
-	if err != nil {
-		return err
-	}
-	if mark != nil && exists(mark.path) {
-		if _, err := p.private(mark.path, false); err != nil {
+	// The mark is made private even when its value stays: wake.Append
+	// reads it on every append.
+	if path := filepath.Join(s, wake.MarkName); exists(path) {
+		if _, err := p.private(path, false); err != nil {
 			return err
 		}
 	}
-	p.mark = mark
-	return nil
+	p.mark, err = wakeMark(s, high)
+	return err
 }
 
 // highestWake is the highest queue-seq of the queue: that of its last
 // well-formed line (wake.LastSeq reads only the tail, so fm doctor's look at
 // a home with a long history stays cheap).
 func highestWake(queue string) (int64, error) {
-	f, err := os.Open(queue)
+	f, err := fsutil.OpenNoFollow(queue)
 	if err != nil {
-		return 0, errcode.Wrap(errcode.Internal, err, "read %s", queue)
+		return 0, err
 	}
 	defer f.Close()
 	return wake.LastSeq(f)
@@ -441,9 +486,10 @@ func highestWake(queue string) (int64, error) {
 
 // wakeMark plans the high-water mark (wake.MarkName) in the state root s: at
 // least its present value and at least high, the highest queue-seq in the
-// queue, so the next wake fm appends takes a queue-seq above every one the
-// earlier implementation issued, even those no longer in the queue (it kept
-// the same file, in the same format). nil: nothing to change.
+// queue. wake.Append takes it as a floor, so the next wake fm appends takes
+// a queue-seq above every one the earlier implementation issued, even those
+// no longer in the queue (it kept the same file, in the same format). nil:
+// nothing to change.
 func wakeMark(s string, high int64) (*markFix, error) {
 	path := filepath.Join(s, wake.MarkName)
 	m := &markFix{path: path}
@@ -492,7 +538,7 @@ func (p *plan) scanReceipts() error {
 			}
 			for _, u := range units {
 				unit := filepath.Join(vdir, u)
-				if strings.HasPrefix(u, tempPrefix) {
+				if ownTemp(vdir, u) {
 					p.temps = append(p.temps, unit)
 					continue
 				}
@@ -552,6 +598,9 @@ func (p *plan) scanInbox() error {
 	for _, n := range names {
 		id, seq, suffix, ok := splitName(n)
 		if !ok {
+			if strings.HasSuffix(n, resultSuffix) {
+				p.warnings = append(p.warnings, Line{"ignored", relative(p.h, filepath.Join(inbox, n)), "not a result name fm reads (<source-id>.<seq>.result, seq 1 or more without a leading zero); left as it is, not in fm's inbox"})
+			}
 			continue
 		}
 		path := filepath.Join(inbox, n)
@@ -791,6 +840,21 @@ func (p *plan) execute(rep *Report) error {
 			crashPoint()
 		}
 	}
+	if beforeChange != nil {
+		beforeChange()
+	}
+	// Serve's lock is held from before the first change, and only when there
+	// are procevent records to write: serve takes no lifecycle lock, and
+	// would otherwise start between the checks and the first change.
+	writes := len(p.results)+len(p.handled)+len(p.counters)+len(p.sources) > 0
+	var serve *procevent.ServeLock
+	if writes {
+		var err error
+		if serve, err = procevent.LockServe(p.h); err != nil {
+			return err
+		}
+		defer serve.Close()
+	}
 	for _, m := range slices.Concat(p.files, p.dirs) {
 		if err := os.Chmod(m.path, os.FileMode(m.to)); err != nil {
 			return errcode.Wrap(errcode.Internal, err, "chmod %s", m.path)
@@ -803,10 +867,10 @@ func (p *plan) execute(rep *Report) error {
 	}
 	rep.Backup = run
 	point()
-	// The serve lock is taken once the directories pass fm's rules, and
-	// only when there are procevent records to write.
-	if len(p.results)+len(p.handled)+len(p.counters)+len(p.sources) > 0 {
-		im, err := procevent.OpenImporter(p.h)
+	// The records are written through directories pinned once they pass
+	// fm's rules.
+	if writes {
+		im, err := procevent.OpenImporter(p.h, serve)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/internal/wake"
 )
 
 // [HOME-4] [LIFE-2] Before the import, fm's readers refuse the earlier
@@ -25,6 +26,7 @@ func TestReadersRefuseEarlierFormat(t *testing.T) {
 	for _, args := range [][]string{
 		{"procevent", "inbox"},
 		{"procevent", "list"},
+		{"wake", "list"},
 		{"procevent", "classify", filepath.Join(f.h.Inbox(), "mail.3.result")},
 		{"procevent", "retire", "mail", "--if-owner", f.mailToken},
 		{"extension", "retire-transfer", xferID, "--if-transfer-digest", f.transferDigest, "--if-binding-digest", f.xfer.Digest},
@@ -152,6 +154,20 @@ func TestImportThenEverythingWorks(t *testing.T) {
 	}
 	if exists(filepath.Join(f.h.Inbox(), "mail.2.result")) {
 		t.Fatal("serve reused sequence 2 of mail")
+	}
+	// The wakes serve appended continue above the earlier implementation's
+	// last queue-seq (7, the mark), not above the queue's last line (5): a
+	// reader resuming after 7 misses none of them.
+	q, err = os.ReadFile(f.h.WakeQueue())
+	f.must(err)
+	added, ok := strings.CutPrefix(string(q), string(f.queue))
+	if !ok || added == "" {
+		t.Fatalf("serve did not append to the kept queue: %q", q)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(added, "\n"), "\n") {
+		if w, ok := wake.Parse(l); !ok || w.Seq <= 7 {
+			t.Fatalf("fm appended %q after the import: its queue-seq must be above the mark 7", l)
+		}
 	}
 
 	// Handling, retirement by the kept token, retire-binding, retire-transfer.

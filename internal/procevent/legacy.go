@@ -49,14 +49,39 @@ func CheckRegistration(r *Registration, what string) error {
 		return err
 	}
 	data, err := strictjson.Canonical(r)
-	if err == nil && len(data) > maxRegistration {
-		err = errcode.New(errcode.JSONOversized, "%s: as fm's record it would be %d bytes, more than the %d fm reads", what, len(data), maxRegistration)
+	if err != nil {
+		return notJSON(what)
 	}
-	return err
+	if len(data) > maxRegistration {
+		return errcode.New(errcode.JSONOversized, "%s: as fm's record it would be %d bytes, more than the %d fm reads", what, len(data), maxRegistration)
+	}
+	return nil
 }
 
-// CheckMeta applies fm's rules to a result meta built by the import.
-func CheckMeta(m *Meta, what string) error { return m.validate(what) }
+// notJSON refuses a record built by the import whose values cannot be JSON
+// strings (an argument of the earlier record that is not UTF-8, say).
+func notJSON(what string) error {
+	return errcode.New(errcode.SchemaInvalid, "%s: a value is not valid UTF-8, so it cannot be fm's JSON record; fix or move the file aside", what)
+}
+
+// CheckMeta applies fm's rules to a result meta built by the import, and
+// requires that fm's record of it reads back as itself: canonical JSON keeps
+// an integer exact only up to 2^53, so a result whose sequence is above that
+// would get a meta that every reader of the inbox refuses.
+func CheckMeta(m *Meta, what string) error {
+	if err := m.validate(what); err != nil {
+		return err
+	}
+	data, err := strictjson.Canonical(m)
+	if err != nil {
+		return notJSON(what)
+	}
+	var back Meta
+	if err := strictjson.Decode(data, maxMeta, what, &back); err != nil || back != *m {
+		return errcode.New(errcode.SchemaInvalid, "%s: sequence %d or capture time %d is above 2^53, the largest integer fm records exactly; move the result and its sidecars aside", what, m.Sequence, m.CapturedAt)
+	}
+	return nil
+}
 
 // Held lists the locks of fm's own runners that are held in the registry of
 // h right now: the serve lock and the claims of sources. It creates nothing;
@@ -97,19 +122,74 @@ func heldIn(reg *os.File, serve bool) ([]string, error) {
 	return out, nil
 }
 
-// Importer writes fm's procevent records for `fm home import`. It holds the
-// serve lock of the home for its life, so no fm procevent serve starts while
-// the import runs, and it was opened only while no source's claim was held.
+// ServeLock is the serve lock of a home held by fm home import from before
+// its first change to its end, so that no fm procevent serve starts in
+// between (serve takes no lifecycle lock).
+type ServeLock struct{ l *fsutil.Locked }
+
+// LockServe takes the serve lock of h without waiting and checks that no fm
+// runner holds a source's claim: home-busy otherwise. The registry is opened
+// without following a link, but its mode is not checked: the import tightens
+// it afterwards. nil when there is no registry (OpenImporter then takes the
+// lock itself).
+func LockServe(h *home.Home) (*ServeLock, error) {
+	fd, err := unix.Open(h.Registrations(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", h.Registrations())
+	}
+	reg := os.NewFile(uintptr(fd), h.Registrations())
+	defer reg.Close()
+	l, err := takeServe(reg, h)
+	if err != nil {
+		return nil, err
+	}
+	return &ServeLock{l}, nil
+}
+
+// Close releases the lock (nil: nothing held).
+func (l *ServeLock) Close() {
+	if l != nil {
+		l.l.Release()
+	}
+}
+
+// takeServe takes the serve lock in the registry reg without waiting, then
+// checks that no runner holds a claim there.
+func takeServe(reg *os.File, h *home.Home) (*fsutil.Locked, error) {
+	lock, err := fsutil.Lock(context.Background(), reg, "serve.lock", fsutil.LockOptions{Try: true})
+	if errors.Is(err, fsutil.ErrLocked) {
+		return nil, errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, filepath.Join(reg.Name(), "serve.lock"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if busy, err := heldIn(reg, false); err != nil || len(busy) > 0 {
+		lock.Release()
+		if err == nil {
+			err = errcode.New(errcode.HomeBusy, "an fm runner holds %s; wait for its poll to end (or stop fm procevent start), then run fm home import again", strings.Join(busy, ", "))
+		}
+		return nil, err
+	}
+	return lock, nil
+}
+
+// Importer writes fm's procevent records for `fm home import` while the
+// serve lock of the home is held, so no fm procevent serve runs meanwhile;
+// it was opened only while no source's claim was held.
 type Importer struct {
 	d     *dirs
-	serve *fsutil.Locked
+	serve *fsutil.Locked // its own lock, or nil when the caller holds one
 }
 
 // OpenImporter pins the state root, the registry and the inbox of h
-// (creating the registry and the inbox 0700 when absent), takes the serve
-// lock without waiting and checks that no runner holds a claim: home-busy
-// otherwise.
-func OpenImporter(h *home.Home) (*Importer, error) {
+// (creating the registry and the inbox 0700 when absent). With held (from
+// LockServe, still held by the caller) it checks that held is the serve lock
+// of the pinned registry; without, it takes the serve lock itself. home-busy
+// while serve runs or a runner holds a claim.
+func OpenImporter(h *home.Home, held *ServeLock) (*Importer, error) {
 	d, err := openDirs(h, false, true)
 	if err != nil {
 		return nil, err
@@ -118,26 +198,23 @@ func OpenImporter(h *home.Home) (*Importer, error) {
 		d.close()
 		return nil, err
 	}
-	lock, err := fsutil.Lock(context.Background(), d.reg, "serve.lock", fsutil.LockOptions{Try: true})
-	if errors.Is(err, fsutil.ErrLocked) {
-		err = errcode.New(errcode.HomeBusy, "fm procevent serve is running for home %q (it holds %s); stop it, then run fm home import again", h.Dir, filepath.Join(d.reg.Name(), "serve.lock"))
+	im := &Importer{d: d}
+	if held == nil {
+		im.serve, err = takeServe(d.reg, h)
+	} else if ok, lerr := held.l.At(d.reg, "serve.lock"); lerr != nil || !ok {
+		err = lerr
+		if err == nil {
+			err = errcode.New(errcode.HomeBusy, "the serve lock %s was removed or replaced during the import; stop whatever did it, then run fm home import again", filepath.Join(d.reg.Name(), "serve.lock"))
+		}
 	}
 	if err != nil {
 		d.close()
 		return nil, err
 	}
-	im := &Importer{d: d, serve: lock}
-	if busy, err := heldIn(d.reg, false); err != nil || len(busy) > 0 {
-		im.Close()
-		if err == nil {
-			err = errcode.New(errcode.HomeBusy, "an fm runner holds %s; wait for its poll to end (or stop fm procevent start), then run fm home import again", strings.Join(busy, ", "))
-		}
-		return nil, err
-	}
 	return im, nil
 }
 
-// Close releases the serve lock and the directory handles.
+// Close releases the directory handles, and the serve lock it took.
 func (im *Importer) Close() {
 	im.serve.Release()
 	im.d.close()

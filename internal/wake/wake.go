@@ -208,10 +208,25 @@ func check(f *os.File) (int64, error) {
 		return 0, errcode.New(errcode.LinkUnsafe, "wake queue %q has %d hard links; it must have exactly one: remove the other names of it", f.Name(), st.Nlink)
 	case int(st.Uid) != os.Geteuid():
 		return 0, errcode.New(errcode.OwnerMismatch, "wake queue %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", f.Name(), st.Uid, os.Geteuid())
+	case st.Mode&0o7777 != 0o600 && earlier(f.Name()):
+		return 0, errcode.New(errcode.HomeImportNeeded, "wake queue %q is not 0600 and the earlier Firstmate implementation's %s lies beside it; this home was written by the earlier Firstmate implementation: stop it, then run fm home import", f.Name(), earlierLock)
 	case st.Mode&0o7777 != 0o600:
 		return 0, errcode.New(errcode.ModeUnsafe, "wake queue %q has mode %04o; it must be 0600 (chmod 600)", f.Name(), st.Mode&0o7777)
 	}
 	return st.Size, nil
+}
+
+// earlierLock is the earlier Firstmate implementation's lock beside its
+// queue. fm never makes it, and fm home import removes it (after it made the
+// queue 0600, its first step).
+const earlierLock = ".wake-queue.lock"
+
+// earlier reports whether the earlier implementation's lock lies beside the
+// queue at path: a queue that is not 0600 there is that implementation's,
+// and fm home import converts it (home-import-needed, not mode-unsafe).
+func earlier(path string) bool {
+	_, err := os.Lstat(filepath.Join(filepath.Dir(path), earlierLock))
+	return err == nil
 }
 
 // Parse reads one stored line (without its newline). ok is false for

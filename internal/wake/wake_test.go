@@ -174,3 +174,28 @@ func TestFIFOQueueNeverBlocks(t *testing.T) {
 		t.Fatal("reading a FIFO wake queue blocked")
 	}
 }
+
+// [WAKE-1] [HOME-4] A queue of the earlier Firstmate implementation (0644,
+// its .wake-queue.lock beside it) is refused by readers and writers with
+// home-import-needed, which says what to do; a loose queue without that lock
+// stays mode-unsafe.
+func TestEarlierQueueNeedsImport(t *testing.T) {
+	dir, state := stateDir(t)
+	q := filepath.Join(dir, FileName)
+	if err := os.WriteFile(q, []byte("1\t1\tcheck\tk\tp\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(q, 0o644)
+	if _, err := List(dir, 0); !errcode.Is(err, errcode.ModeUnsafe) {
+		t.Fatalf("list of a 0644 queue: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".wake-queue.lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := List(dir, 0); !errcode.Is(err, errcode.HomeImportNeeded) || !strings.Contains(err.Error(), "fm home import") {
+		t.Fatalf("list of the earlier implementation's queue: %v", err)
+	}
+	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.HomeImportNeeded) {
+		t.Fatalf("append to the earlier implementation's queue: %v", err)
+	}
+}
