@@ -69,23 +69,35 @@ func notRunnable(rec *binding.Record, status int) string {
 	return what + "; an entrypoint runs with PATH=" + SystemPath + " only, without a shell"
 }
 
-// firstLine reads at most maxShebang bytes of the file at path (not
+// firstLine reads at most maxShebang bytes of the regular file at path (not
 // following a symlink) up to its first newline. shown is the line as one
-// printable-ASCII Go string, followed by "..." when the bound cut it.
+// printable-ASCII Go string, followed by "..." when the bound cut it. Any
+// other kind of file is not read: package code may have replaced its
+// entrypoint with a FIFO that a process outside its group holds open, and
+// a read of it would block fm past every timeout.
 func firstLine(path string) (line []byte, shown string, ok bool) {
 	f, err := fsutil.OpenNoFollow(path)
 	if err != nil {
 		return nil, "", false
 	}
 	defer f.Close()
-	buf := make([]byte, maxShebang)
-	n, err := io.ReadFull(f, buf)
-	if n == 0 && err != nil {
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, "", false
 	}
-	line, cut := buf[:n], n == maxShebang
+	// One byte more than shown tells a line of exactly maxShebang bytes
+	// from a longer one.
+	buf := make([]byte, maxShebang+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return nil, "", false
+	}
+	line = buf[:n]
 	if i := bytes.IndexByte(line, '\n'); i >= 0 {
-		line, cut = line[:i], false
+		line = line[:i]
+	}
+	cut := len(line) > maxShebang
+	if cut {
+		line = line[:maxShebang]
 	}
 	shown = strconv.QuoteToASCII(string(line))
 	if cut {
