@@ -278,17 +278,24 @@ func TestSecondDocumentOffset(t *testing.T) {
 	}
 }
 
-// [JSON-1] text that is not JSON and a second document are marked as stray
-// text (ErrStrayText), so a caller reading a stream that must carry exactly
-// one document can say where other output belongs; a truncated document or
-// a duplicate key is not.
+// [JSON-1] text that is not JSON before the document, and text or a second
+// document after it, are marked as stray text (ErrStrayText), so a caller
+// reading a stream that must carry exactly one document can say where other
+// output belongs. A fault inside the document is not stray text: a
+// truncated document, a duplicate key, an unescaped line break or control
+// byte inside a string (a careless printf), a bad escape or a missing comma.
 func TestStrayText(t *testing.T) {
 	for in, stray := range map[string]bool{
-		"debug\n" + good:              true,
-		good + "\ndebug":              true,
-		good + good:                   true,
-		good[:20]:                     false,
-		`{"schema":"s","schema":"t"}`: false,
+		"debug\n" + good:                        true,
+		good + "\ndebug":                        true,
+		good + good:                             true,
+		good[:20]:                               false,
+		`{"schema":"s","schema":"t"}`:           false,
+		"{\"schema\":\"line1\nline2\"}":         false,
+		"{\"schema\":\"a\x01b\"}":               false,
+		`{"schema":"\ud800x"}`:                  false,
+		`{"schema":"s" "count":3}`:              false,
+		`{"schema":"s","inner":{"name":"x" x}}`: false,
 	} {
 		err := Decode([]byte(in), 4096, "doc", &doc{})
 		if errcode.Of(err) != errcode.JSONInvalid || errors.Is(err, ErrStrayText) != stray {
