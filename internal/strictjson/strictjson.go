@@ -417,7 +417,7 @@ func (r *reporter) known(p string) (string, bool) {
 
 // MaxShownKey bounds the bytes of an unknown member's name that a hidden
 // pointer shows (see unknownAt); a longer name is cut at a character
-// boundary and marked "...".
+// boundary, never inside a pointer escape (~0, ~1), and marked "...".
 const MaxShownKey = 32
 
 // unknownAt is the place suffix of an unknown member at the JSON pointer p.
@@ -439,6 +439,9 @@ func (r *reporter) unknownAt(p string) string {
 		cut := MaxShownKey
 		for cut > 0 && !utf8.RuneStart(name[cut]) {
 			cut--
+		}
+		if cut > 0 && name[cut-1] == '~' {
+			cut-- // never half of a pointer escape (~0, ~1)
 		}
 		name = name[:cut] + "..."
 	}

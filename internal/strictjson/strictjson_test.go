@@ -256,6 +256,7 @@ func TestHiddenUnknownKeyNamed(t *testing.T) {
 		{"control bytes and a line break", `{` + rest + `,"a\u001b[2J\nerror[x]: y":1}`, `doc: unknown key at "/a\x1b[2J\nerror[x]: y"`},
 		{"non-ascii", `{` + rest + `,"café‮":1}`, `doc: unknown key at "/caf\u00e9\u202e"`},
 		{"long", `{` + rest + `,"` + strings.Repeat("k", 40) + `":1}`, `doc: unknown key at "/` + strings.Repeat("k", MaxShownKey) + `..."`},
+		{"long, cut at a pointer escape", `{` + rest + `,"a` + strings.Repeat("~", 40) + `":1}`, `doc: unknown key at "/a` + strings.Repeat("~0", (MaxShownKey-1)/2) + `..."`},
 		{"long, cut at a character boundary", `{` + rest + `,"` + strings.Repeat("k", MaxShownKey-1) + "é" + `":1}`, `doc: unknown key at "/` + strings.Repeat("k", MaxShownKey-1) + `..."`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
