@@ -63,6 +63,7 @@ func TestBindRemovesCopyDamagedByHandshake(t *testing.T) {
 		{"symlinks out", `chmod u+w . && ln -s ` + q(out) + ` out && ln -s ` + q(filepath.Join(out, "keep")) + ` keep && ln -s .. up && chmod 0555 .`},
 		{"a hard link in", `chmod u+w . && ln ` + q(filepath.Join(out, "hard")) + ` hard && chmod 0555 .`},
 		{"a hard link out", `ln bin/firstmate-extension "$FIRSTMATE_EXTENSION_STATE/hl"`},
+		{"the copy's version directory removed", `cd ../.. && chmod -R u+w 1.0.0 && rm -rf 1.0.0`},
 		{"the copy swapped for a symlink", `h=$(basename "$PWD") && cd .. && chmod u+w . && mv "$h" "$h.old" && ln -s ` + q(out) + ` "$h"`},
 	}
 	for _, a := range attacks {

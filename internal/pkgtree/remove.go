@@ -26,6 +26,9 @@ func RemoveInstalled(dst string) error {
 		return errcode.New(errcode.PathUnsafe, "store directory %q is not an absolute clean path", dst)
 	}
 	parent, err := unix.Open(filepath.Dir(dst), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // package code removed the copy with its parent
+	}
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "open %s", filepath.Dir(dst))
 	}

@@ -63,6 +63,9 @@ func TestRemoveInstalledFollowsNothing(t *testing.T) {
 			t.Fatalf("%s outside the copy was touched: %v %v", p, fi, err)
 		}
 	}
+	if err := RemoveInstalled(filepath.Join(base, "gone", "1.0.0", "abc")); err != nil {
+		t.Fatalf("a copy removed with its parent: %v", err)
+	}
 	if err := RemoveInstalled("relative/dir"); err == nil {
 		t.Fatal("a relative path was accepted")
 	}
