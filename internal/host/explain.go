@@ -126,5 +126,17 @@ func checkAfterHandshake(rec *binding.Record, created bool) error {
 			fate = "this bind had created it but could not remove it (" + rerr.Error() + "): remove it as in \"A damaged store copy\" (docs/configuration.md §3)"
 		}
 	}
-	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the bind's handshake (" + err.Error() + "); nothing was published and " + fate + ". A package must not write into its package root, which is read-only to it; its writable place is $FIRSTMATE_EXTENSION_STATE"}
+	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the bind's handshake (" + err.Error() + "); nothing was published and " + fate + ". " + writeHint}
 }
+
+// damagedByHandshake is the refusal of a handshake of a bound package (verify,
+// register-extension) after which its installed copy no longer verifies
+// (err): the copy is shared by the binding, so it is kept for the
+// operator's repair.
+func damagedByHandshake(rec *binding.Record, err error) error {
+	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the handshake (" + err.Error() + "): repair or remove it as in \"A damaged store copy\" (docs/configuration.md §3). " + writeHint}
+}
+
+// writeHint ends the refusal of a handshake that wrote into its package
+// root.
+const writeHint = "A package must not write into its package root, which is read-only to it; its writable place is $FIRSTMATE_EXTENSION_STATE"

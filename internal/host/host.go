@@ -146,7 +146,10 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
-	hsErr := Handshake(ctx, h, rec, binding.Digest(data))
+	if err := Revalidate(rec); err != nil {
+		return nil, err
+	}
+	hsErr := handshake(ctx, h, rec, binding.Digest(data))
 	if err := checkAfterHandshake(rec, created); err != nil {
 		return nil, err
 	}
@@ -438,12 +441,24 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	return protocol.DecodeResult(c.Operation, raw)
 }
 
-// Handshake revalidates rec and runs the handshake ([PROTO-1], [PROTO-2]).
-// bindingDigest is recorded in the invocation's owner record.
+// Handshake revalidates rec, runs the handshake ([PROTO-1], [PROTO-2]) and
+// revalidates rec again, because the handshake ran package code in the
+// installed copy: verify and register-extension must not report success for
+// a copy that the next run will refuse (damagedByHandshake). bindingDigest
+// is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
 	if err := Revalidate(rec); err != nil {
 		return err
 	}
+	err := handshake(ctx, h, rec, bindingDigest)
+	if rerr := Revalidate(rec); rerr != nil {
+		return damagedByHandshake(rec, rerr)
+	}
+	return err
+}
+
+// handshake runs the handshake of rec, which the caller revalidated.
+func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
 	s, req, err := handshakeSpec(h, rec, bindingDigest)
 	if err != nil {
 		return err
