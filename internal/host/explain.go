@@ -69,23 +69,35 @@ func notRunnable(rec *binding.Record, status int) string {
 	return what + "; an entrypoint runs with PATH=" + SystemPath + " only, without a shell"
 }
 
-// firstLine reads at most maxShebang bytes of the file at path (not
+// firstLine reads at most maxShebang bytes of the regular file at path (not
 // following a symlink) up to its first newline. shown is the line as one
-// printable-ASCII Go string, followed by "..." when the bound cut it.
+// printable-ASCII Go string, followed by "..." when the bound cut it. Any
+// other kind of file is not read: package code may have replaced its
+// entrypoint with a FIFO that a process outside its group holds open, and
+// a read of it would block fm past every timeout.
 func firstLine(path string) (line []byte, shown string, ok bool) {
 	f, err := fsutil.OpenNoFollow(path)
 	if err != nil {
 		return nil, "", false
 	}
 	defer f.Close()
-	buf := make([]byte, maxShebang)
-	n, err := io.ReadFull(f, buf)
-	if n == 0 && err != nil {
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, "", false
 	}
-	line, cut := buf[:n], n == maxShebang
+	// One byte more than shown tells a line of exactly maxShebang bytes
+	// from a longer one.
+	buf := make([]byte, maxShebang+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return nil, "", false
+	}
+	line = buf[:n]
 	if i := bytes.IndexByte(line, '\n'); i >= 0 {
-		line, cut = line[:i], false
+		line = line[:i]
+	}
+	cut := len(line) > maxShebang
+	if cut {
+		line = line[:maxShebang]
 	}
 	shown = strconv.QuoteToASCII(string(line))
 	if cut {
@@ -94,19 +106,15 @@ func firstLine(path string) (line []byte, shown string, ok bool) {
 	return line, shown, true
 }
 
-// checkAfterHandshake revalidates the installed copy rec names once the
-// bind's handshake ran package code in it ([BIND-6], [INV-1]), as Invoke
-// does before an invoke: a handshake that wrote into its working directory
+// damagedAtBind is the refusal of a bind whose installed copy no longer
+// verifies (err) once the bind's handshake ran package code in it
+// ([BIND-6], [INV-1]): a handshake that wrote into its working directory
 // (possible only as root, where 0555 does not stop a write) must not leave
 // a binding whose next run is refused. On drift nothing is published, and
 // the copy is removed when this bind created it (created); a store copy
 // that existed before this bind is shared by whatever else names it (a
 // retired binding, an earlier bind) and is kept for the operator's repair.
-func checkAfterHandshake(rec *binding.Record, created bool) error {
-	err := Revalidate(rec)
-	if err == nil {
-		return nil
-	}
+func damagedAtBind(rec *binding.Record, created bool, err error) error {
 	fate := "it existed before this bind, so it was kept: repair or remove it as in \"A damaged store copy\" (docs/configuration.md §3)"
 	if created {
 		fate = "this bind had created it, and removed it again"
@@ -114,5 +122,17 @@ func checkAfterHandshake(rec *binding.Record, created bool) error {
 			fate = "this bind had created it but could not remove it (" + rerr.Error() + "): remove it as in \"A damaged store copy\" (docs/configuration.md §3)"
 		}
 	}
-	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the bind's handshake (" + err.Error() + "); nothing was published and " + fate + ". A package must not write into its package root, which is read-only to it; its writable place is $FIRSTMATE_EXTENSION_STATE"}
+	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the bind's handshake (" + err.Error() + "); nothing was published and " + fate + ". " + writeHint}
 }
+
+// damagedByHandshake is the refusal of a handshake of a bound package (verify,
+// register-extension) after which its installed copy no longer verifies
+// (err): the copy is shared by the binding, so it is kept for the
+// operator's repair.
+func damagedByHandshake(rec *binding.Record, err error) error {
+	return &errcode.Error{Code: errcode.Of(err), Err: err, Msg: "the installed copy " + rec.PackageRoot + " no longer verifies after the handshake (" + err.Error() + "): repair or remove it as in \"A damaged store copy\" (docs/configuration.md §3). " + writeHint}
+}
+
+// writeHint ends the refusal of a handshake that wrote into its package
+// root.
+const writeHint = "A package must not write into its package root, which is read-only to it; its writable place is $FIRSTMATE_EXTENSION_STATE"

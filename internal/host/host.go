@@ -151,12 +151,9 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
-	hsErr := Handshake(ctx, h, rec, binding.Digest(data))
-	if err := checkAfterHandshake(rec, created); err != nil {
+	damaged := func(err error) error { return damagedAtBind(rec, created, err) }
+	if err := handshake(ctx, h, rec, binding.Digest(data), damaged); err != nil {
 		return nil, err
-	}
-	if hsErr != nil {
-		return nil, hsErr
 	}
 	return binding.Publish(h, rec)
 }
@@ -503,9 +500,19 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	return protocol.DecodeResult(c.Operation, raw)
 }
 
-// Handshake revalidates rec and runs the handshake ([PROTO-1], [PROTO-2]).
-// bindingDigest is recorded in the invocation's owner record.
+// Handshake revalidates rec, runs the handshake ([PROTO-1], [PROTO-2]) and
+// revalidates rec again, because the handshake ran package code in the
+// installed copy: verify and register-extension must not report success for
+// a copy that the next run will refuse (damagedByHandshake). bindingDigest
+// is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
+	return handshake(ctx, h, rec, bindingDigest, func(err error) error { return damagedByHandshake(rec, err) })
+}
+
+// handshake revalidates rec, runs its handshake and revalidates it again;
+// damaged turns a failure of the second revalidation into the caller's
+// refusal.
+func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, damaged func(error) error) error {
 	v, err := verify(rec)
 	if err != nil {
 		return err
@@ -517,7 +524,7 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	}
 	out, err := launchRun(ctx, s)
 	if rerr := v.recheck(rec, "handshake"); rerr != nil {
-		return rerr
+		return damaged(rerr)
 	}
 	if err != nil {
 		return explain(rec, "handshake", err)

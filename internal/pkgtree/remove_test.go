@@ -63,7 +63,42 @@ func TestRemoveInstalledFollowsNothing(t *testing.T) {
 			t.Fatalf("%s outside the copy was touched: %v %v", p, fi, err)
 		}
 	}
+	if err := RemoveInstalled(filepath.Join(base, "gone", "1.0.0", "abc")); err != nil {
+		t.Fatalf("a copy removed with its parent: %v", err)
+	}
 	if err := RemoveInstalled("relative/dir"); err == nil {
 		t.Fatal("a relative path was accepted")
+	}
+}
+
+// [BIND-6] [INV-1]: package code can chmod the directories of its own store
+// copy, the copy's root too, to 0000 (it owns them when fm runs
+// unprivileged); RemoveInstalled still removes the copy, giving each
+// directory back its owner's bits through a descriptor that follows no link.
+func TestRemoveInstalledUnreadableDirs(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(base, "store", "id", "1.0.0", "abc")
+	for _, d := range []string{filepath.Join(dst, "bin", "deep"), filepath.Join(dst, "closed")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dst, "bin", "deep", "f"), []byte("x"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(dst, "bin", "deep"), filepath.Join(dst, "bin"), filepath.Join(dst, "closed"), dst} {
+		if err := os.Chmod(d, 0o000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.Chmod(dst, 0o700) })
+	if err := RemoveInstalled(dst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+		t.Fatalf("%s still exists: %v", dst, err)
 	}
 }

@@ -312,6 +312,10 @@ func TestEvidenceDetail(t *testing.T) {
 			`{"code":"response-invalid","detail":"response: invalid json at byte 0; stdout must carry only the answer document (write debug output to stderr)",` + tail},
 		"stray line after": {okResp + "\n{\"debug\":1}\n",
 			`{"code":"response-invalid","detail":"response: more than one json document (the second starts at byte ` + fmt.Sprint(len(okResp)+1) + `); stdout must carry only the answer document (write debug output to stderr)",` + tail},
+		// A careless printf of a multi-line output: the fault is inside
+		// the document, so no word about stray stdout lines.
+		"line break in a string": {strings.Replace(okResp, `"output":"hi"`, "\"output\":\"h\ni\"", 1),
+			`{"code":"response-invalid","detail":"response: invalid json at byte ` + fmt.Sprint(strings.Index(okResp, `hi"`)+1) + ` in \"/result\"",` + tail},
 		"unknown key": {strings.Replace(okResp, `"ok":true`, `"ok":true,"debug":1`, 1),
 			`{"code":"response-invalid","detail":"response: unknown key at \"/debug\"",` + tail},
 	} {

@@ -129,7 +129,7 @@ func (r *reporter) checkSyntax(data []byte) error {
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return r.syntaxError(data, err)
+			return r.syntaxError(data, err, depth == 0)
 		}
 		switch tok.Kind() {
 		case '{', '[':
@@ -150,7 +150,7 @@ func (r *reporter) checkSyntax(data []byte) error {
 			next := end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))
 			return &errcode.Error{Code: errcode.JSONInvalid, Msg: fmt.Sprintf("%s: more than one json document (the second starts at byte %d)", what, next), Err: ErrStrayText}
 		}
-		return r.syntaxError(data, err)
+		return r.syntaxError(data, err, true)
 	}
 	return nil
 }
@@ -160,13 +160,20 @@ var bom = []byte{0xEF, 0xBB, 0xBF}
 // syntaxError describes a parse failure of data. A byte-order mark and
 // invalid UTF-8 are named as such (the parser reports both as an invalid
 // character); they are looked for only once parsing has failed, so a valid
-// document costs nothing more.
-func (r *reporter) syntaxError(data []byte, err error) error {
+// document costs nothing more. outside says the parser stood before the
+// document's first token or past its end: text it refused there is stray
+// text (ErrStrayText). A fault inside the document (an unescaped line break
+// in a string, a missing comma) is not, whatever its pointer.
+func (r *reporter) syntaxError(data []byte, err error, outside bool) error {
 	switch {
 	case bytes.HasPrefix(data, bom):
 		return errcode.New(errcode.JSONInvalid, "%s: starts with a byte-order mark", r.what)
 	case !utf8.Valid(data):
 		return errcode.New(errcode.JSONInvalid, "%s: not valid utf-8", r.what)
+	}
+	var syn *jsontext.SyntacticError
+	if outside && errors.As(err, &syn) && !errors.Is(syn.Err, io.ErrUnexpectedEOF) {
+		return &errcode.Error{Code: errcode.JSONInvalid, Msg: r.describe(err).Error(), Err: ErrStrayText}
 	}
 	return r.describe(err)
 }
@@ -410,7 +417,7 @@ func (r *reporter) known(p string) (string, bool) {
 
 // MaxShownKey bounds the bytes of an unknown member's name that a hidden
 // pointer shows (see unknownAt); a longer name is cut at a character
-// boundary and marked "...".
+// boundary, never inside a pointer escape (~0, ~1), and marked "...".
 const MaxShownKey = 32
 
 // unknownAt is the place suffix of an unknown member at the JSON pointer p.
@@ -432,6 +439,9 @@ func (r *reporter) unknownAt(p string) string {
 		cut := MaxShownKey
 		for cut > 0 && !utf8.RuneStart(name[cut]) {
 			cut--
+		}
+		if cut > 0 && name[cut-1] == '~' {
+			cut-- // never half of a pointer escape (~0, ~1)
 		}
 		name = name[:cut] + "..."
 	}
@@ -463,16 +473,16 @@ func (r *reporter) describe(err error) error {
 	what := r.what
 	var syn *jsontext.SyntacticError
 	if errors.As(err, &syn) {
-		reason, cause := "invalid json", ErrStrayText
+		reason := "invalid json"
 		switch {
 		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
-			reason, cause = "duplicate object key", nil
+			reason = "duplicate object key"
 		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
-			reason, cause = "truncated json", nil
+			reason = "truncated json"
 		case errors.Is(syn.Err, jsontext.ErrNonStringName):
-			reason, cause = "object key is not a string", nil
+			reason = "object key is not a string"
 		}
-		return &errcode.Error{Code: errcode.JSONInvalid, Msg: fmt.Sprintf("%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer))), Err: cause}
+		return errcode.New(errcode.JSONInvalid, "%s: %s at byte %d%s", what, reason, syn.ByteOffset, r.at(string(syn.JSONPointer)))
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return errcode.New(errcode.JSONInvalid, "%s: truncated or empty json", what)

@@ -256,6 +256,7 @@ func TestHiddenUnknownKeyNamed(t *testing.T) {
 		{"control bytes and a line break", `{` + rest + `,"a\u001b[2J\nerror[x]: y":1}`, `doc: unknown key at "/a\x1b[2J\nerror[x]: y"`},
 		{"non-ascii", `{` + rest + `,"café‮":1}`, `doc: unknown key at "/caf\u00e9\u202e"`},
 		{"long", `{` + rest + `,"` + strings.Repeat("k", 40) + `":1}`, `doc: unknown key at "/` + strings.Repeat("k", MaxShownKey) + `..."`},
+		{"long, cut at a pointer escape", `{` + rest + `,"a` + strings.Repeat("~", 40) + `":1}`, `doc: unknown key at "/a` + strings.Repeat("~0", (MaxShownKey-1)/2) + `..."`},
 		{"long, cut at a character boundary", `{` + rest + `,"` + strings.Repeat("k", MaxShownKey-1) + "é" + `":1}`, `doc: unknown key at "/` + strings.Repeat("k", MaxShownKey-1) + `..."`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -278,17 +279,24 @@ func TestSecondDocumentOffset(t *testing.T) {
 	}
 }
 
-// [JSON-1] text that is not JSON and a second document are marked as stray
-// text (ErrStrayText), so a caller reading a stream that must carry exactly
-// one document can say where other output belongs; a truncated document or
-// a duplicate key is not.
+// [JSON-1] text that is not JSON before the document, and text or a second
+// document after it, are marked as stray text (ErrStrayText), so a caller
+// reading a stream that must carry exactly one document can say where other
+// output belongs. A fault inside the document is not stray text: a
+// truncated document, a duplicate key, an unescaped line break or control
+// byte inside a string (a careless printf), a bad escape or a missing comma.
 func TestStrayText(t *testing.T) {
 	for in, stray := range map[string]bool{
-		"debug\n" + good:              true,
-		good + "\ndebug":              true,
-		good + good:                   true,
-		good[:20]:                     false,
-		`{"schema":"s","schema":"t"}`: false,
+		"debug\n" + good:                        true,
+		good + "\ndebug":                        true,
+		good + good:                             true,
+		good[:20]:                               false,
+		`{"schema":"s","schema":"t"}`:           false,
+		"{\"schema\":\"line1\nline2\"}":         false,
+		"{\"schema\":\"a\x01b\"}":               false,
+		`{"schema":"\ud800x"}`:                  false,
+		`{"schema":"s" "count":3}`:              false,
+		`{"schema":"s","inner":{"name":"x" x}}`: false,
 	} {
 		err := Decode([]byte(in), 4096, "doc", &doc{})
 		if errcode.Of(err) != errcode.JSONInvalid || errors.Is(err, ErrStrayText) != stray {

@@ -35,6 +35,11 @@ wrong-id) printf '{%s,"request_id":"sha256:%064d"}' "$body" 0 ;;
 	duplicate-key) printf '{%s,"request_id":"%s","request_id":"%s"}' "$body" "$rid" "$rid" ;;
 	malformed) printf '{%s,"request_id":"%s"' "$body" "$rid" ;;
 	exit9) exit 9 ;;
+	script)
+		# run $state/script (package code, in the installed copy), then
+		# answer well; the script's exit ends the handshake.
+		. "$state/script"
+		printf '{%s,"request_id":"%s"}' "$body" "$rid" ;;
 	tamper)
 		# answer well, but first change this installed entrypoint (mode
 		# restored): the invoke that follows must not run [INV-1].
