@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -94,7 +95,7 @@ func TestIsTempName(t *testing.T) {
 	if !IsTempName(filepath.Base(p)) {
 		t.Fatalf("%s is not recognised", p)
 	}
-	for _, n := range []string{".tmp-", ".tmp-12-34-5A5A5A5A5A5A5A5A", ".tmp-12-34-5a5a5a5a5a5a5a", ".tmp-12-34-5a5a5a5a5a5a5a5a5a", ".tmp-12-34-5a5a5a5a5a5a5a5g", ".tmp-012-34-5a5a5a5a5a5a5a5a", ".tmp-12-5a5a5a5a5a5a5a5a", "tmp-12-34-5a5a5a5a5a5a5a5a", ".tmp-5a5a5a5a5a5a5a5a5a5a5a5a", "receipt.json"} {
+	for _, n := range []string{".tmp-", ".tmp-12-34-5A5A5A5A5A5A5A5A", ".tmp-12-34-", ".tmp-12-34-" + strings.Repeat("5a", 17), ".tmp-12-34-5a5a5a5a5a5a5a5g", ".tmp-012-34-5a5a5a5a5a5a5a5a", ".tmp-12-5a5a5a5a5a5a5a5a", "tmp-12-34-5a5a5a5a5a5a5a5a", ".tmp-5a5a5a5a5a5a5a5a5a5a5a5a", "receipt.json"} {
 		if IsTempName(n) {
 			t.Errorf("%q is taken for a temporary file", n)
 		}

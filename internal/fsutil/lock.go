@@ -55,14 +55,17 @@ import (
 //     procevent and home refuse a moved directory before they write.
 //
 // The lock is held for as long as the Locked value lives; Release drops it.
-type Locked struct{ f *os.File }
+type Locked struct {
+	f    *os.File
+	path string // "<directory as resolved when locked>/<name>"
+}
 
 // own is the set of locks this process holds, so that the orphan look-up
 // checks them in memory rather than through every descriptor of
 // /proc/self/fd (serve holds a claim and pipes for each running poll).
 var own struct {
 	sync.Mutex
-	held map[*Locked]bool
+	held map[string]int // Locked.path -> how many of this process's locks have it
 }
 
 // LockOptions select how a lock is taken. Every lock is exclusive: no caller
@@ -121,13 +124,14 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 			}
 			if err == nil {
 				var orphan bool
-				if orphan, err = orphaned(dir, name); err == nil && !orphan {
-					l := &Locked{f: f}
+				var at string
+				if orphan, at, err = orphanedOf(dir, name, f); err == nil && !orphan {
+					l := &Locked{f: f, path: at}
 					own.Lock()
 					if own.held == nil {
-						own.held = map[*Locked]bool{}
+						own.held = map[string]int{}
 					}
-					own.held[l] = true
+					own.held[at]++
 					own.Unlock()
 					return l, nil
 				}
@@ -199,7 +203,8 @@ func Held(dir *os.File, name string, o LockOptions) (bool, error) {
 			}
 		}
 	}
-	return orphaned(dir, name)
+	orphan, _, err := orphanedOf(dir, name, nil)
+	return orphan, err
 }
 
 // openProbe opens the existing file name of dir read-only for Probe and
@@ -240,8 +245,10 @@ func (l *Locked) Release() {
 	}
 	own.Lock()
 	defer own.Unlock()
-	delete(own.held, l)
 	if l.f != nil {
+		if own.held[l.path]--; own.held[l.path] <= 0 {
+			delete(own.held, l.path)
+		}
 		l.f.Close()
 		l.f = nil
 	}
@@ -341,41 +348,56 @@ func sameFile(dir *os.File, name string, f *os.File) (bool, error) {
 	}
 }
 
-// orphaned reports whether a process holds an flock(2) lock on a removed
-// file that was the entry name of dir (see Orphans in the rule above): one of
-// its descriptors names "<dir>/<name> (deleted)" and is an inode that
-// /proc/locks lists as flocked by it. The device is not compared: on an
+// orphanedOf reports whether a process holds an flock(2) lock on a removed
+// file that was the entry name of dir (see Orphans in the rule above), and
+// returns at, "<dir as resolved now>/<name>". For this process that is one of
+// its own held locks with the same at (an index, not a look at every
+// descriptor: serve holds a claim per running poll); for another, one of its
+// descriptors names "<at> (deleted)" and is an inode that /proc/locks lists
+// as flocked by it (f, the file the caller holds, is skipped). The device is not compared: on an
 // overlay file system /proc/locks and stat(2) may disagree on it, and the
 // name already places the file. A system without /proc/locks has no orphans
 // to find.
-func orphaned(dir *os.File, name string) (bool, error) {
+func orphanedOf(dir *os.File, name string, f *os.File) (orphan bool, at string, err error) {
+	dirPath, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
+	if err != nil {
+		return false, "", errcode.Wrap(errcode.Internal, err, "resolve directory %q", dir.Name())
+	}
+	at = filepath.Join(dirPath, name)
+	// One of this process's own locks on that name: the caller holds the
+	// flock of the file now at the name, which a lock on that same file
+	// through another descriptor would forbid, so the other one is on a
+	// removed file.
+	own.Lock()
+	mine := own.held[at] > 0
+	own.Unlock()
+	if mine {
+		return true, at, nil
+	}
 	locks, ok := readFlocks()
 	if !ok {
-		return false, nil
+		return false, at, nil
 	}
+	var current uint64 // the inode the caller holds: not an orphan
+	if f != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err == nil {
+			current = st.Ino
+		}
+	}
+	self := strconv.Itoa(os.Getpid())
 	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
 	for _, l := range locks {
+		if l.pid == self || l.ino == current {
+			continue
+		}
 		if inos[l.pid] == nil {
 			inos[l.pid] = map[uint64]bool{}
 		}
 		inos[l.pid][l.ino] = true
 	}
-	if len(inos) == 0 {
-		return false, nil
-	}
-	dirPath, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
-	if err != nil {
-		return false, errcode.Wrap(errcode.Internal, err, "resolve directory %q", dir.Name())
-	}
-	want := filepath.Join(dirPath, name) + " (deleted)"
-	self := strconv.Itoa(os.Getpid())
-	if inos[self] != nil && ownOrphan(want) {
-		return true, nil
-	}
+	want := at + " (deleted)"
 	for pid, locked := range inos {
-		if pid == self {
-			continue
-		}
 		fds, err := os.ReadDir("/proc/" + pid + "/fd")
 		if err != nil {
 			continue // gone, or another user's process: it cannot hold our lock files
@@ -387,24 +409,11 @@ func orphaned(dir *os.File, name string) (bool, error) {
 			}
 			var st unix.Stat_t
 			if unix.Stat(fd, &st) == nil && locked[st.Ino] {
-				return true, nil
+				return true, at, nil
 			}
 		}
 	}
-	return false, nil
-}
-
-// ownOrphan reports whether one of this process's own held locks is on the
-// removed file want names.
-func ownOrphan(want string) bool {
-	own.Lock()
-	defer own.Unlock()
-	for l := range own.held {
-		if t, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(l.f.Fd()))); err == nil && t == want {
-			return true
-		}
-	}
-	return false
+	return false, at, nil
 }
 
 // flockEntry is one held flock(2) lock of /proc/locks.

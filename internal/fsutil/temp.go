@@ -77,10 +77,7 @@ func startTime(pid int) (uint64, bool) {
 func parseTempName(name string) (pid int, start uint64, ok bool) {
 	rest, found := strings.CutPrefix(name, TempPrefix)
 	parts := strings.Split(rest, "-")
-	if !found || len(parts) != 3 || len(parts[2]) != 16 || strings.ToLower(parts[2]) != parts[2] {
-		return 0, 0, false
-	}
-	if _, err := hex.DecodeString(parts[2]); err != nil {
+	if !found || len(parts) != 3 || parts[2] == "" || len(parts[2]) > 32 || strings.Trim(parts[2], "0123456789abcdef") != "" {
 		return 0, 0, false
 	}
 	pid, err1 := strconv.Atoi(parts[0])

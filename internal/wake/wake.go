@@ -192,7 +192,11 @@ func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locke
 			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", filepath.Join(state.Name(), FileName))
 		}
 	}
-	return fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue"})
+	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue"})
+	if path := filepath.Join(state.Name(), FileName); errcode.Is(err, errcode.ModeUnsafe) && earlier(path) {
+		return nil, needsImport(path)
+	}
+	return l, err
 }
 
 // check applies the private-file rule to the open queue and returns its size.
@@ -209,7 +213,7 @@ func check(f *os.File) (int64, error) {
 	case int(st.Uid) != os.Geteuid():
 		return 0, errcode.New(errcode.OwnerMismatch, "wake queue %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", f.Name(), st.Uid, os.Geteuid())
 	case st.Mode&0o7777 != 0o600 && earlier(f.Name()):
-		return 0, errcode.New(errcode.HomeImportNeeded, "wake queue %q is not 0600 and the earlier Firstmate implementation's %s lies beside it; this home was written by the earlier Firstmate implementation: stop it, then run fm home import", f.Name(), earlierLock)
+		return 0, needsImport(f.Name())
 	case st.Mode&0o7777 != 0o600:
 		return 0, errcode.New(errcode.ModeUnsafe, "wake queue %q has mode %04o; it must be 0600 (chmod 600)", f.Name(), st.Mode&0o7777)
 	}
@@ -220,6 +224,11 @@ func check(f *os.File) (int64, error) {
 // queue. fm never makes it, and fm home import removes it (after it made the
 // queue 0600, its first step).
 const earlierLock = ".wake-queue.lock"
+
+// needsImport is the refusal of the earlier implementation's queue at path.
+func needsImport(path string) error {
+	return errcode.New(errcode.HomeImportNeeded, "wake queue %q is not 0600 and the earlier Firstmate implementation's %s lies beside it; this home was written by the earlier Firstmate implementation: stop it, then run fm home import", path, earlierLock)
+}
 
 // earlier reports whether the earlier implementation's lock lies beside the
 // queue at path: a queue that is not 0600 there is that implementation's,
