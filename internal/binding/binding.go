@@ -210,6 +210,13 @@ func (r *Record) Validate(h *home.Home, what string) error {
 // Load reads and validates the whole registry of h ([BND-4]). An absent
 // registry directory is not an error: it returns nil and creates nothing
 // ([HOME-5]). Bindings come back in id order.
+//
+// Others publish into and retire from the registry while it is read: a name
+// listed and then gone when it is read was retired meanwhile, which is not a
+// malformed registry. The registry is then listed again, at most
+// relistBound times; the last listing treats a name gone by its read as not
+// there. A record replaced by a rename over its name is read as its new
+// content (fsutil.ReadPrivateFile opens it again). Every real refusal stays.
 func Load(h *home.Home) ([]*Binding, error) {
 	dir := h.Bindings()
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
@@ -218,6 +225,28 @@ func Load(h *home.Home) ([]*Binding, error) {
 	if err := home.CheckPrivate(dir, true); err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		out, err := load(h, dir, attempt == relistBound)
+		if err != errVanished {
+			return out, err
+		}
+	}
+}
+
+// relistBound bounds how often Load lists the registry again after a name
+// vanished between its listing and its read.
+const relistBound = 8
+
+// errVanished is load's answer when a listed record was gone by its read.
+var errVanished = errors.New("a listed record vanished before it was read")
+
+// afterList, when set (by tests only), runs between load's listing and its
+// reads, to inject a concurrent retirement deterministically.
+var afterList func(names []string)
+
+// load is one listing and read of the registry dir; skipVanished treats a
+// name gone by its read as not there instead of answering errVanished.
+func load(h *home.Home, dir string, skipVanished bool) ([]*Binding, error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RegistryInvalid, err, "registry %q", dir)
@@ -231,10 +260,19 @@ func Load(h *home.Home) ([]*Binding, error) {
 		return nil, errcode.New(errcode.RegistryOversized, "registry %q holds more than %d entries; retire bindings you no longer use", dir, MaxRecords)
 	}
 	sort.Strings(names)
+	if afterList != nil {
+		afterList(names)
+	}
 	var out []*Binding
 	owner := map[string]string{}
 	for _, name := range names {
 		b, err := read(h, filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			if skipVanished {
+				continue
+			}
+			return nil, errVanished
+		}
 		if err != nil {
 			return nil, err
 		}
