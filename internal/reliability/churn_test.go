@@ -3,6 +3,7 @@ package reliability
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,8 @@ import (
 //
 //   - churners bind and retire unrelated packages without pause (each
 //     retire-binding moves, or unlinks, a record of config/extensions.d
-//     while others list it);
+//     while others list it; six more bindings that stay widen each
+//     reader's window between its listing and its read of a churned record);
 //   - a poller runs `procevent start` of a source of the fake binding A,
 //     whose package answers no-result at once;
 //   - a lister runs every listing verb in turn: extension list, extension
@@ -47,6 +49,12 @@ func TestChurn(t *testing.T) {
 	w.mode(fakeID, "handshake", "", "good")
 	w.ok(nil, "procevent", "register-extension", fakeAdapter, "a1", "--config-ref", "ref-a1")
 
+	// Bound records that sort between A and the churned ones widen the
+	// window between a reader's listing and its read of a churned record.
+	for i := range 6 {
+		id := fmt.Sprintf("org.example.m%d", i)
+		w.ok(nil, "extension", "bind", w.makePackage("pkg-m"+strconv.Itoa(i), id, fmt.Sprintf(`["m%d"]`, i)), "--adapter", fmt.Sprintf("m%d", i), "--trust-same-user-code")
+	}
 	const churners = 2
 	var zdirs []string
 	for i := range churners {
