@@ -46,6 +46,8 @@ func init() {
 						return err
 					}
 					timeout, args = &d, args[1:]
+				case strings.HasPrefix(a, "-"): // no secondmate id starts with '-'
+					return errcode.New(errcode.Usage, "%q is not an option of fm on (--stdin, --timeout <duration>), each at most once", a)
 				default:
 					break opts
 				}

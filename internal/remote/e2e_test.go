@@ -415,6 +415,9 @@ func TestOnUsage(t *testing.T) {
 		{"on", "--timeout", "soon", "sm1", "extension", "list"},
 		{"on", "--timeout", "-5s", "sm1", "extension", "list"},
 		{"on", "--timeout"},
+		{"on", "--stdin", "--stdin", "sm1", "extension", "list"},
+		{"on", "--timeout", "1s", "--timeout", "2s", "sm1", "extension", "list"},
+		{"on", "-x", "sm1", "extension", "list"},
 	} {
 		if _, errOut, code := run(w.controller, nil, nil, args...); code != 2 || !strings.HasPrefix(errOut, "error[usage]: ") {
 			t.Errorf("fm %s: exit %d, stderr %q", strings.Join(args, " "), code, errOut)

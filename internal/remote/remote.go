@@ -156,7 +156,7 @@ var SSHOptions = []string{
 // whole number of milliseconds; 0 is no deadline. Anything else, negative
 // or empty, is usage.
 func ParseTimeout(s string) (time.Duration, error) {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 && n <= int64(math.MaxInt64/time.Millisecond) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && strings.TrimLeft(s, "0123456789") == "" && n <= int64(math.MaxInt64/time.Millisecond) {
 		return time.Duration(n) * time.Millisecond, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {

@@ -340,7 +340,7 @@ func TestTimeouts(t *testing.T) {
 			t.Errorf("ParseTimeout(%q) = %v, %v; want %v", in, d, err, want)
 		}
 	}
-	for _, in := range []string{"", "-1", "-5s", "soon", "1.5", "9223372036854775807", " 1s"} {
+	for _, in := range []string{"", "-1", "-5s", "soon", "1.5", "9223372036854775807", " 1s", "+5", "1e3"} {
 		if _, err := ParseTimeout(in); errcode.Of(err) != errcode.Usage {
 			t.Errorf("ParseTimeout(%q): %v, want usage", in, err)
 		}
