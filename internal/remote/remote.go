@@ -64,9 +64,9 @@
 //
 // The job runs in a process group of its own (the transport and whatever it
 // starts). It has a deadline (DefaultTimeout, or the caller's --timeout, 0
-// for none): at the deadline, on an
-// overflow or an interrupt the whole group gets TERM, then KILL after
-// StopGrace, and a deadline is remote-invalid naming it. ssh also bounds the
+// for none): at the deadline, on an overflow or an interrupt the whole
+// group gets TERM, then KILL after StopGrace, and a deadline is
+// remote-invalid naming it. ssh also bounds the
 // connection and its liveness itself (SSHOptions: ConnectTimeout,
 // ServerAliveInterval, ServerAliveCountMax, BatchMode), so a dead link ends
 // the job before any deadline.
