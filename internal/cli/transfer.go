@@ -108,7 +108,7 @@ func init() {
 			}
 			job := append([]string{"extension", "receive-transfer-bind"}, bf.args()...)
 			return runOn(e, r, job, data, jobTimeout(timeout), func(stdout []byte) error {
-				return remote.CheckBound(r, stdout, p.Manifest.ExtensionID, p.Manifest.ExtensionVersion, p.Digest)
+				return remote.CheckBound(r, stdout, p)
 			})
 		},
 	})

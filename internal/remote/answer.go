@@ -9,6 +9,7 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/transfer"
 )
 
 // What a remote fm may answer. fm on presents an answer only when it has one
@@ -71,14 +72,16 @@ func CheckAnswer(r *Route, argv []string, res *Result) error {
 var BoundKeys = []string{"bound", "binding", "binding-digest", "package", "package-digest", "verified", "transfer-digest"}
 
 // CheckBound checks that out, the stdout of a remote receive-transfer-bind
-// that exited 0, is exactly the lines of a successful bind of the transfer
-// that was sent: extension id@version, absolute paths, sha256 digests and
-// the transfer digest that was packed. Anything else is remote-invalid: a
-// transport that prints a banner or terminal escapes and exits 0 bound
-// nothing that can be trusted ([XFER-5]).
-func CheckBound(r *Route, out []byte, id, version, transferDigest string) error {
+// that exited 0, is exactly the lines of a successful bind of p, the
+// transfer that was sent: its extension id@version, the registry record of
+// that id, the store directory of that identity and package digest, and
+// its transfer digest. Anything else is remote-invalid: a transport that
+// prints a banner or terminal escapes and exits 0 bound nothing that can be
+// trusted ([XFER-5]).
+func CheckBound(r *Route, out []byte, p *transfer.Package) error {
+	m := &p.Manifest
 	bad := func(why string) error {
-		return errcode.New(errcode.RemoteInvalid, "remote-bind %s: the remote did not answer as a successful receive-transfer-bind of transfer %s (%s); nothing is known to be bound: look with fm on <secondmate> extension list", r.where(), transferDigest, why)
+		return errcode.New(errcode.RemoteInvalid, "remote-bind %s: the remote did not answer as a successful receive-transfer-bind of transfer %s (%s); nothing is known to be bound: look with fm on <secondmate> extension list", r.where(), p.Digest, why)
 	}
 	text := string(out)
 	if !strings.HasSuffix(text, "\n") {
@@ -88,24 +91,31 @@ func CheckBound(r *Route, out []byte, id, version, transferDigest string) error 
 	if len(lines) != len(BoundKeys) {
 		return bad(fmt.Sprintf("%d lines, not %d", len(lines), len(BoundKeys)))
 	}
+	absolute := func(v, suffix string) bool {
+		return filepath.IsAbs(v) && filepath.Clean(v) == v && plain(v) && strings.HasSuffix(v, suffix)
+	}
 	for i, l := range lines {
 		key := BoundKeys[i]
 		v, found := strings.CutPrefix(l, key+": ")
 		var good bool
 		switch key {
 		case "bound":
-			good = v == id+"@"+version
-		case "binding", "package":
-			good = filepath.IsAbs(v) && filepath.Clean(v) == v && plain(v)
-		case "binding-digest", "package-digest":
+			good = v == m.ExtensionID+"@"+m.ExtensionVersion
+		case "binding":
+			good = absolute(v, "/"+filepath.Join("config", "extensions.d", m.ExtensionID+".json"))
+		case "binding-digest":
 			good = binding.CheckDigest(v)
+		case "package":
+			good = absolute(v, "/"+filepath.Join("data", "extensions", "packages", m.ExtensionID, m.ExtensionVersion, binding.Hex(m.PackageDigest)))
+		case "package-digest":
+			good = v == m.PackageDigest
 		case "verified":
 			good = strings.HasPrefix(v, "process-event-adapter/") && plain(v)
 		case "transfer-digest":
-			good = v == transferDigest
+			good = v == p.Digest
 		}
 		if !found || !good {
-			return bad(fmt.Sprintf("line %d is %q, not %s: <%s>", i+1, truncate(l, 120), key, key))
+			return bad(fmt.Sprintf("line %d is %q, not the expected %s line", i+1, truncate(l, 120), key))
 		}
 	}
 	return nil
