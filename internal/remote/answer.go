@@ -23,6 +23,9 @@ import (
 //   - an fm failure: nothing on stdout and, on stderr, exactly one line
 //     error[<code>]: <message> with exit 1, or for a usage error that line
 //     and the usage text with exit 2: relayed as it is, with that status.
+//     Of a command that streams its lines as it goes (procevent serve, wake
+//     watch), stdout may hold the lines written before the failure: each is
+//     a whole result, so they are relayed too.
 //
 // Anything else (a transport that exits 0 after printing noise is still an
 // exit 0; but a non-zero status with output on stdout, no error line, two of
@@ -36,6 +39,14 @@ var resultStatuses = []struct {
 	{[]string{"extension", "process-event"}, []int{70, 75}},
 }
 
+// streaming are the commands whose stdout lines are written as they come.
+var streaming = [][]string{{"procevent", "serve"}, {"wake", "watch"}}
+
+// startsWith reports whether argv starts with the words of cmd.
+func startsWith(argv, cmd []string) bool {
+	return len(argv) >= len(cmd) && slices.Equal(argv[:len(cmd)], cmd)
+}
+
 var errorLine = regexp.MustCompile(`^error\[([a-z][a-z-]*)\]: \S`)
 
 // CheckAnswer applies the rules above to res, the answer to the job argv
@@ -45,16 +56,17 @@ func CheckAnswer(r *Route, argv []string, res *Result) error {
 		return nil
 	}
 	for _, rs := range resultStatuses {
-		if len(argv) >= len(rs.argv) && slices.Equal(argv[:len(rs.argv)], rs.argv) && slices.Contains(rs.statuses, res.Status) {
+		if startsWith(argv, rs.argv) && slices.Contains(rs.statuses, res.Status) {
 			return nil
 		}
 	}
+	partial := len(res.Stdout) > 0 && !slices.ContainsFunc(streaming, func(c []string) bool { return startsWith(argv, c) })
 	stderr := string(res.Stderr)
 	first, rest, _ := strings.Cut(stderr, "\n")
 	m := errorLine.FindStringSubmatch(first)
 	var ok bool
 	switch {
-	case len(res.Stdout) > 0 || m == nil || !strings.HasSuffix(stderr, "\n"):
+	case partial || m == nil || !strings.HasSuffix(stderr, "\n"):
 	case res.Status == 1:
 		ok = m[1] != string(errcode.Usage) && rest == ""
 	case res.Status == 2:

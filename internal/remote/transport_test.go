@@ -88,6 +88,7 @@ func TestOnRelaysOnlyAnFmAnswer(t *testing.T) {
 		{"doctor unhealthy", `echo 'FAIL  home'; exit 1`, []string{"doctor"}, 1, "FAIL  home\n", ""},
 		{"poll evidence", `echo '{"evidence":1}'; exit 70`, []string{"extension", "process-event", "x"}, 70, "{\"evidence\":1}\n", ""},
 		{"poll no result", `exit 75`, []string{"extension", "process-event", "x"}, 75, "", ""},
+		{"stream then fail", `echo 'captured: /r'; echo 'error[internal]: disk' >&2; exit 1`, []string{"procevent", "serve"}, 1, "captured: /r\n", "error[internal]: disk\n"},
 	} {
 		env := w.misbehave(t, "ssh-"+strings.ReplaceAll(c.name, " ", "-"), c.script)
 		out, errOut, code := run(w.controller, env, nil, append([]string{"on", "sm1"}, c.args...)...)
