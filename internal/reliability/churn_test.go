@@ -12,7 +12,8 @@ import (
 )
 
 // TestChurn is the churn test of issue 15 in small, for every test run
-// (FM_CHURN_DURATION, default 4s; bench runs it longer). Real fm processes
+// (FM_CHURN_DURATION, default 4s, extended on a loaded machine until every
+// listing verb ran twice; set it to minutes for the long run). Real fm processes
 // share one home for the whole duration:
 //
 //   - churners bind and retire unrelated packages without pause (each
@@ -79,6 +80,7 @@ func TestChurn(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
+	began := time.Now()
 	for i, zdir := range zdirs {
 		wg.Add(1)
 		go func() {
@@ -149,7 +151,16 @@ func TestChurn(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(d)
+	// The run lasts d, and on a loaded machine longer, until every listing
+	// verb ran at least twice during rebinding and polling (at most 5
+	// minutes more).
+	enough := func() bool {
+		return polls.Load() > 1 && rebinds.Load() > 1 && listed.Load() >= 2*int64(len(listings))
+	}
+	time.Sleep(d - time.Since(began))
+	for end := time.Now().Add(5 * time.Minute); !enough() && time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	stop.Store(true)
 	wg.Wait()
 
@@ -157,7 +168,7 @@ func TestChurn(t *testing.T) {
 		t.Errorf("[OP-3] the inbox holds %d results after polls that all answered no-result: %+v", len(rs), rs[0])
 	}
 	report := fmt.Sprintf("churn: %s, %d commands run (%d rebinds of unrelated bindings, %d polls, %d listings), %d captures, %d evidence captured without a package fault, %d listing or poll failures",
-		d, commands.Load(), rebinds.Load(), polls.Load(), listed.Load(), captures, blamed, len(failures))
+		time.Since(began).Round(time.Second), commands.Load(), rebinds.Load(), polls.Load(), listed.Load(), captures, blamed, len(failures))
 	t.Log(report)
 	if testing.Verbose() {
 		fmt.Println(report)
@@ -165,7 +176,7 @@ func TestChurn(t *testing.T) {
 	for _, f := range failures {
 		t.Error(f)
 	}
-	if polls.Load() == 0 || listed.Load() < int64(len(listings)) || rebinds.Load() == 0 {
+	if !enough() {
 		t.Errorf("too little churn to prove anything: %s", report)
 	}
 }
