@@ -35,7 +35,9 @@ func TestChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	t.Parallel()
+	// Not parallel: its four fm processes at a time would slow the timed
+	// polls of the parallel tests (the hostile corpus binds with a 300 ms
+	// timeout), so it runs alone, before them.
 	d := 4 * time.Second
 	if s := os.Getenv("FM_CHURN_DURATION"); s != "" {
 		var err error
