@@ -212,7 +212,14 @@ func (r *Record) Validate(h *home.Home, what string) error {
 // ([HOME-5]). Bindings come back in id order. Any malformed record refuses
 // the whole registry, and so do two bindings that enable one adapter
 // (adapter-conflict, naming both and the command that retires either).
-func Load(h *home.Home) ([]*Binding, error) { return load(h, "") }
+//
+// Others publish into and retire from the registry while it is read: a name
+// listed and then gone when it is read was retired meanwhile, which is not a
+// malformed registry. The registry is then listed again, at most
+// relistBound times; the last listing treats a name gone by its read as not
+// there. A record replaced by a rename over its name is read as its new
+// content (fsutil.ReadPrivateFile opens it again). Every real refusal stays.
+func Load(h *home.Home) ([]*Binding, error) { return loadAll(h, "") }
 
 // LoadForRetire is Load for the retirement of the binding of id, with the one
 // exception to [BND-4]'s whole-registry refusal: an adapter that id's binding
@@ -221,11 +228,11 @@ func Load(h *home.Home) ([]*Binding, error) { return load(h, "") }
 // of a record, or bindings published by a lock-file race before fm proved
 // lock identity). Every other malformation still refuses, and so does a
 // conflict between two other bindings.
-func LoadForRetire(h *home.Home, id string) ([]*Binding, error) { return load(h, id) }
+func LoadForRetire(h *home.Home, id string) ([]*Binding, error) { return loadAll(h, id) }
 
-// load is Load, tolerating adapter conflicts that involve the binding of
+// loadAll is Load, tolerating adapter conflicts that involve the binding of
 // retiring (none when empty).
-func load(h *home.Home, retiring string) ([]*Binding, error) {
+func loadAll(h *home.Home, retiring string) ([]*Binding, error) {
 	dir := h.Bindings()
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil, nil
@@ -233,6 +240,29 @@ func load(h *home.Home, retiring string) ([]*Binding, error) {
 	if err := home.CheckPrivate(dir, true); err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		out, err := load(h, dir, attempt == relistBound, retiring)
+		if err != errVanished {
+			return out, err
+		}
+	}
+}
+
+// relistBound bounds how often Load lists the registry again after a name
+// vanished between its listing and its read.
+const relistBound = 8
+
+// errVanished is load's answer when a listed record was gone by its read.
+var errVanished = errors.New("a listed record vanished before it was read")
+
+// afterList, when set (by tests only), runs between load's listing and its
+// reads, to inject a concurrent retirement deterministically.
+var afterList func(names []string)
+
+// load is one listing and read of the registry dir; skipVanished treats a
+// name gone by its read as not there instead of answering errVanished, and
+// an adapter conflict involving retiring is tolerated (LoadForRetire).
+func load(h *home.Home, dir string, skipVanished bool, retiring string) ([]*Binding, error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.RegistryInvalid, err, "registry %q", dir)
@@ -246,10 +276,19 @@ func load(h *home.Home, retiring string) ([]*Binding, error) {
 		return nil, errcode.New(errcode.RegistryOversized, "registry %q holds more than %d entries; retire bindings you no longer use", dir, MaxRecords)
 	}
 	sort.Strings(names)
+	if afterList != nil {
+		afterList(names)
+	}
 	var out []*Binding
 	owner := map[string]*Binding{}
 	for _, name := range names {
 		b, err := read(h, filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			if skipVanished {
+				continue
+			}
+			return nil, errVanished
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -230,3 +230,76 @@ func TestRetire(t *testing.T) {
 		t.Fatalf("stale retire: %v", err)
 	}
 }
+
+// [BND-4] [OP-3] [RUN-3] A record retired between the registry's listing
+// and its read is not there, never a malformed registry: Load lists again
+// and returns what is there; a record replaced meanwhile is read as its new
+// content; a name that vanishes at every listing is, at the bound, not
+// there. The retirement is injected between the listing and the reads.
+func TestLoadVanished(t *testing.T) {
+	h := testHome(t)
+	a := publish(t, h, "org.example.a", "a")
+	z := publish(t, h, "org.example.z", "z")
+	t.Cleanup(func() { afterList = nil })
+
+	lists := 0
+	afterList = func([]string) {
+		if lists++; lists == 1 {
+			if _, err := Retire(h, z); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bs, err := Load(h)
+	if err != nil || len(bs) != 1 || bs[0].Digest != a.Digest || lists != 2 {
+		t.Fatalf("retired after the listing: %v, %v after %d listings; want only %s after 2", bs, err, lists, a.ExtensionID)
+	}
+
+	// Replaced by a rename over its name: the new record is read.
+	lists = 0
+	newer := record(h, "org.example.a", "a", "b")
+	afterList = func([]string) {
+		if lists++; lists == 1 {
+			data, _ := newer.Encode()
+			tmp := filepath.Join(h.Dir, "new.json")
+			if err := os.WriteFile(tmp, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, a.Path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bs, err = Load(h)
+	if err != nil || len(bs) != 1 || len(bs[0].Adapters()) != 2 {
+		t.Fatalf("replaced after the listing: %v, %v; want the new record", bs, err)
+	}
+
+	// At every listing a binding is retired before its read and another
+	// bound: the relisting is bounded, and at the bound a vanished name is
+	// not there.
+	lists = 0
+	publish(t, h, "org.example.z0", "z")
+	afterList = func(names []string) {
+		lists++
+		for _, n := range names {
+			if n != "org.example.a.json" {
+				os.Remove(filepath.Join(h.Bindings(), n))
+			}
+		}
+		publish(t, h, fmt.Sprintf("org.example.z%d", lists), fmt.Sprintf("z%c", 'a'+lists))
+	}
+	bs, err = Load(h)
+	if err != nil || len(bs) != 1 || lists != relistBound {
+		t.Fatalf("vanishing at every listing: %v, %v after %d listings; want only org.example.a after %d", bs, err, lists, relistBound)
+	}
+
+	// A real refusal stays one: a second link is link-unsafe.
+	afterList = nil
+	if err := os.Link(bs[0].Path, filepath.Join(h.Dir, "second")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(h); errcode.Of(err) != errcode.LinkUnsafe {
+		t.Fatalf("a record with two links: %v, want link-unsafe", err)
+	}
+}

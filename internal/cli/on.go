@@ -4,28 +4,53 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/remote"
 )
 
 // `fm on` ([XFER-4]): one fm command in a secondmate home. The verb is raw:
-// only --stdin (or --help) before the secondmate id belongs to it, and
-// everything after the id is the other fm's command line, passed on as argv.
+// only --stdin, --timeout <d> (or --help) before the secondmate id belong to
+// it, and everything after the id is the other fm's command line, passed on
+// as argv.
 func init() {
 	register("on", &Verb{
-		Name:    "",
-		Args:    "[--stdin] <secondmate-id> <fm-command> [<argument>...]",
-		Summary: "run one fm command (extension, procevent, wake, doctor, help, version) in the secondmate home routed by data/secondmates.json: locally, or over ssh (FM_SSH_BIN, default ssh) when the route names a host; only the command's argv crosses, and with --stdin this command's bounded stdin",
-		Raw:     true,
+		Name: "",
+		Args: "[--stdin] [--timeout <duration>] <secondmate-id> <fm-command> [<argument>...]",
+		Summary: "run one fm command (extension, procevent, wake, doctor, help, version) in the secondmate home routed by data/secondmates.json: locally, or over ssh (FM_SSH_BIN, default ssh) when the route names a host; only the command's argv crosses, and with --stdin this command's bounded stdin. " +
+			"--timeout bounds the whole job (90s, 15m, or milliseconds; default 10m; 0: none): at the deadline the transport's process group is stopped (remote-invalid)",
+		Raw: true,
 		Run: func(e *Env, args []string) error {
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
 				fmt.Fprint(e.Stdout, groupUsage(groups["on"]))
 				return nil
 			}
-			withStdin := len(args) > 0 && args[0] == "--stdin"
-			if withStdin {
-				args = args[1:]
+			var withStdin bool
+			var timeout *time.Duration
+		opts:
+			for len(args) > 0 {
+				switch a := args[0]; {
+				case a == "--stdin" && !withStdin:
+					withStdin, args = true, args[1:]
+				case (a == "--timeout" || strings.HasPrefix(a, "--timeout=")) && timeout == nil:
+					v, inline := strings.CutPrefix(a, "--timeout=")
+					if !inline {
+						if len(args) < 2 {
+							return errcode.New(errcode.Usage, "--timeout needs a value")
+						}
+						v, args = args[1], args[1:]
+					}
+					d, err := remote.ParseTimeout(v)
+					if err != nil {
+						return err
+					}
+					timeout, args = &d, args[1:]
+				case strings.HasPrefix(a, "-"): // no secondmate id starts with '-'
+					return errcode.New(errcode.Usage, "%q is not an option of fm on (--stdin, --timeout <duration>), each at most once", a)
+				default:
+					break opts
+				}
 			}
 			if len(args) < 2 {
 				return errcode.New(errcode.Usage, "expected a secondmate id and an fm command")
@@ -47,9 +72,17 @@ func init() {
 					return err
 				}
 			}
-			return runOn(e, r, args[1:], stdin)
+			return runOn(e, r, args[1:], stdin, jobTimeout(timeout), nil)
 		},
 	})
+}
+
+// jobTimeout is the caller's --timeout when given, else remote.DefaultTimeout.
+func jobTimeout(flag *time.Duration) time.Duration {
+	if flag != nil {
+		return *flag
+	}
+	return remote.DefaultTimeout
 }
 
 // `fm on-receive <job>`: the remote end of fm on over ssh ([XFER-4],
@@ -75,13 +108,22 @@ func init() {
 	})
 }
 
-// runOn runs one job in a secondmate home and passes on its stdout, stderr
-// and exit status unchanged, so the secondmate's own error line is the one
-// the caller sees.
-func runOn(e *Env, r *remote.Route, args []string, stdin []byte) error {
-	res, err := remote.Run(e.Ctx, r, args, stdin)
+// runOn runs one job in a secondmate home within timeout and, when its
+// answer has the form of an fm answer (remote.CheckAnswer) and check (if
+// any) accepts its stdout, passes on its stdout, stderr and exit status
+// unchanged, so the secondmate's own error line is the one the caller sees.
+func runOn(e *Env, r *remote.Route, args []string, stdin []byte, timeout time.Duration, check func(stdout []byte) error) error {
+	res, err := remote.Run(e.Ctx, r, args, stdin, timeout)
 	if err != nil {
 		return err
+	}
+	if err := remote.CheckAnswer(r, args, res); err != nil {
+		return err
+	}
+	if check != nil && res.Status == 0 {
+		if err := check(res.Stdout); err != nil {
+			return err
+		}
 	}
 	e.Stdout.Write(res.Stdout)
 	e.Stderr.Write(res.Stderr)

@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/remote"
@@ -61,18 +62,33 @@ func init() {
 		},
 	})
 
-	var bf bindFlags
+	var (
+		bf            bindFlags
+		remoteTimeout string
+	)
 	register("extension", &Verb{
 		Name:    "remote-bind",
-		Args:    "<secondmate-id> <package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>]",
+		Args:    "<secondmate-id> <package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>] [--timeout <duration>]",
 		Summary: "pack the package here and bind it in a secondmate home through fm on --stdin ... receive-transfer-bind; this home gets no binding",
-		Flags:   func(fs *flag.FlagSet) { bf = bindFlags{}; bf.declare(fs) },
+		Flags: func(fs *flag.FlagSet) {
+			bf, remoteTimeout = bindFlags{}, ""
+			bf.declare(fs)
+			fs.StringVar(&remoteTimeout, "timeout", "", "deadline of the whole remote job: 90s, 15m or milliseconds, 0 for none (default 10m); not the binding's --timeout-ms")
+		},
 		Run: func(e *Env, args []string) error {
 			if err := need(args, 2, 2, "a secondmate id and one package directory"); err != nil {
 				return err
 			}
 			if _, err := bf.options(args[1]); err != nil {
 				return err
+			}
+			var timeout *time.Duration
+			if remoteTimeout != "" {
+				d, err := remote.ParseTimeout(remoteTimeout)
+				if err != nil {
+					return err
+				}
+				timeout = &d
 			}
 			h, err := e.Home()
 			if err != nil {
@@ -86,7 +102,14 @@ func init() {
 			if err != nil {
 				return err
 			}
-			return runOn(e, r, append([]string{"extension", "receive-transfer-bind"}, bf.args()...), data)
+			p, err := transfer.Open(data)
+			if err != nil {
+				return err
+			}
+			job := append([]string{"extension", "receive-transfer-bind"}, bf.args()...)
+			return runOn(e, r, job, data, jobTimeout(timeout), func(stdout []byte) error {
+				return remote.CheckBound(r, stdout, p)
+			})
 		},
 	})
 

@@ -27,13 +27,39 @@ var ErrExists = errors.New("file exists")
 
 // ReadPrivateFile reads path, which must be one regular file (not a link, one
 // hard link), owned by the user, mode exactly 0600, at most max bytes.
+//
+// A file that has no link left once opened was removed, or replaced by a
+// rename over its name, between the open and the check: that is not a file
+// with the wrong number of links, so the name is opened again (at most
+// reopenBound times). A reader gets what is at the name now, or an error
+// wrapping os.ErrNotExist, never link-unsafe for a race with a writer or a
+// retirement; two or more links stay link-unsafe.
 func ReadPrivateFile(path string, max int64) ([]byte, error) {
-	f, err := OpenNoFollow(path)
-	if err != nil {
-		return nil, err
+	return reopening(path, func() (*os.File, error) { return OpenNoFollow(path) }, max)
+}
+
+// reopenBound bounds how often a reader opens a name again whose file lost
+// its last link while it was opened.
+const reopenBound = 100
+
+// errUnlinked is readPrivate's answer for a file with no link left.
+var errUnlinked = errors.New("file unlinked while it was opened")
+
+// reopening reads the private file that open opens, opening it again while
+// the file it got had lost its last link (see ReadPrivateFile).
+func reopening(path string, open func() (*os.File, error), max int64) ([]byte, error) {
+	for range reopenBound {
+		f, err := open()
+		if err != nil {
+			return nil, err
+		}
+		data, err := readPrivate(f, path, max)
+		f.Close()
+		if err != errUnlinked {
+			return data, err
+		}
 	}
-	defer f.Close()
-	return readPrivate(f, path, max)
+	return nil, errcode.New(errcode.Internal, "%q kept being replaced while it was read (%d times); retry", path, reopenBound)
 }
 
 // ReadPrivateAt is ReadPrivateFile for name inside the open directory dir: it
@@ -42,18 +68,18 @@ func ReadPrivateFile(path string, max int64) ([]byte, error) {
 // read. Errors name dir's path joined with name.
 func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
 	path := filepath.Join(dir.Name(), name)
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	switch {
-	case err == unix.ELOOP:
-		return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink; fm reads only a regular file there: replace the link with the file itself", path)
-	case err == unix.ENOENT:
-		return nil, &os.PathError{Op: "open", Path: path, Err: os.ErrNotExist}
-	case err != nil:
-		return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	return readPrivate(f, path, max)
+	return reopening(path, func() (*os.File, error) {
+		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		switch {
+		case err == unix.ELOOP:
+			return nil, errcode.New(errcode.LinkUnsafe, "%q is a symlink; fm reads only a regular file there: replace the link with the file itself", path)
+		case err == unix.ENOENT:
+			return nil, &os.PathError{Op: "open", Path: path, Err: os.ErrNotExist}
+		case err != nil:
+			return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}, max)
 }
 
 // readPrivate applies the private-file rule of ReadPrivateFile to an open file.
@@ -65,6 +91,8 @@ func readPrivate(f *os.File, path string, max int64) ([]byte, error) {
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return nil, errcode.New(errcode.LinkUnsafe, "%q is not a regular file; move it aside", path)
+	case st.Nlink == 0:
+		return nil, errUnlinked
 	case st.Nlink != 1:
 		return nil, errcode.New(errcode.LinkUnsafe, "%q has %d hard links; it must have exactly one: remove the other names of it", path, st.Nlink)
 	case int(st.Uid) != os.Geteuid():

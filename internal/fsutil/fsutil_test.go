@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"firstmate.dev/fm/internal/errcode"
 )
 
 // TestMkdirAllSync checks what can be checked of the durable directory
@@ -99,5 +101,69 @@ func TestIsTempName(t *testing.T) {
 		if IsTempName(n) {
 			t.Errorf("%q is taken for a temporary file", n)
 		}
+	}
+}
+
+// [BND-4] [OP-3] A private file that loses its last link between the open
+// and the check was removed or replaced by a writer, not found with the
+// wrong number of links: the name is opened again, so the reader gets the
+// file there now (a rename over the name) or os.ErrNotExist (a removal),
+// never link-unsafe. A file with two links stays link-unsafe. The race is
+// injected deterministically through the open function of reopening.
+func TestReadPrivateVanished(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.json")
+	write := func(p, data string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opens := 0
+	openThen := func(race func()) func() (*os.File, error) {
+		opens = 0
+		return func() (*os.File, error) {
+			f, err := OpenNoFollow(path)
+			if opens++; err == nil && opens == 1 {
+				race() // between the open and the fstat
+			}
+			return f, err
+		}
+	}
+
+	write(path, "old")
+	_, err := reopening(path, openThen(func() { os.Remove(path) }), 64)
+	if !errors.Is(err, os.ErrNotExist) || opens != 2 {
+		t.Errorf("removed after the open: %v after %d opens, want os.ErrNotExist after 2", err, opens)
+	}
+
+	write(path, "old")
+	data, err := reopening(path, openThen(func() {
+		write(path+".new", "new")
+		os.Rename(path+".new", path)
+	}), 64)
+	if err != nil || string(data) != "new" || opens != 2 {
+		t.Errorf("replaced after the open: %q, %v after %d opens, want the new content after 2", data, err, opens)
+	}
+
+	if err := os.Link(path, path+".second"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPrivateFile(path, 64); errcode.Of(err) != errcode.LinkUnsafe {
+		t.Errorf("two links: %v, want link-unsafe", err)
+	}
+	os.Remove(path + ".second")
+
+	// A name that is replaced at every open is bounded, not a loop.
+	opens = 0
+	_, err = reopening(path, func() (*os.File, error) {
+		f, err := OpenNoFollow(path)
+		opens++
+		write(path+".new", "again")
+		os.Rename(path+".new", path)
+		return f, err
+	}, 64)
+	if errcode.Of(err) != errcode.Internal || opens != reopenBound {
+		t.Errorf("replaced at every open: %v after %d opens, want internal after %d", err, opens, reopenBound)
 	}
 }

@@ -8,6 +8,10 @@
 //     be an existing directory owned by the user; it is used canonically.
 //   - state root: FM_STATE_OVERRIDE, else <home>/state. Where it exists it must
 //     be private: canonical, not a link, owned by the user, no group/other write.
+//   - every one of the three variables, when set, must be an absolute path: a
+//     relative one would name another home in each working directory, so it is
+//     refused (home-invalid, naming the variable), never resolved against the
+//     current directory ([CLI-5]).
 //
 // No other environment variable is read, and nothing in a home is named by the
 // environment: packages, bindings and registrations are found only at the
@@ -34,6 +38,11 @@ type Home struct {
 // Resolve reads FM_ROOT_OVERRIDE, FM_HOME and FM_STATE_OVERRIDE and checks the
 // result. It creates nothing.
 func Resolve() (*Home, error) {
+	for _, v := range []string{"FM_ROOT_OVERRIDE", "FM_HOME", "FM_STATE_OVERRIDE"} {
+		if p := os.Getenv(v); p != "" && !filepath.IsAbs(p) {
+			return nil, errcode.New(errcode.HomeInvalid, "%s=%q is relative; it must be an absolute path, since fm never resolves a home against the current directory", v, p)
+		}
+	}
 	root := os.Getenv("FM_ROOT_OVERRIDE")
 	if root == "" {
 		exe, err := os.Executable()
@@ -63,8 +72,6 @@ func Resolve() (*Home, error) {
 	state := os.Getenv("FM_STATE_OVERRIDE")
 	if state == "" {
 		state = filepath.Join(dir, "state")
-	} else if !filepath.IsAbs(state) {
-		return nil, errcode.New(errcode.HomeInvalid, "state root %q: FM_STATE_OVERRIDE must be absolute", state)
 	}
 	h := &Home{Root: root, Dir: dir, State: filepath.Clean(state)}
 	if _, err := os.Lstat(h.State); err == nil {
@@ -75,14 +82,8 @@ func Resolve() (*Home, error) {
 	return h, nil
 }
 
+// canonicalDir resolves the absolute p to the canonical directory it names.
 func canonicalDir(p, what string) (string, error) {
-	if !filepath.IsAbs(p) {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return "", errcode.Wrap(errcode.HomeInvalid, err, "%s %q", what, p)
-		}
-		p = abs
-	}
 	c, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return "", errcode.New(errcode.HomeInvalid, "%s %q does not exist; create it or fix FM_HOME/FM_ROOT_OVERRIDE", what, p)

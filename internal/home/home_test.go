@@ -3,6 +3,7 @@ package home
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -163,5 +164,32 @@ func TestEnsurePrivateModes(t *testing.T) {
 	}
 	if err := EnsurePrivate(p, true); err != nil {
 		t.Fatalf("second call: %v", err)
+	}
+}
+
+// [CLI-5] [HOME-1] [HOME-2] every root variable must be absolute: a relative
+// one is refused with home-invalid naming the variable, even where it would
+// resolve against the current directory to a valid home.
+func TestResolveRelativeRoots(t *testing.T) {
+	base := canon(t, t.TempDir())
+	for _, d := range []string{"home", "root"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(base)
+	abs := map[string]string{"FM_HOME": filepath.Join(base, "home"), "FM_ROOT_OVERRIDE": filepath.Join(base, "root"), "FM_STATE_OVERRIDE": ""}
+	for v, rel := range map[string]string{"FM_HOME": "home", "FM_ROOT_OVERRIDE": "root", "FM_STATE_OVERRIDE": "home/state"} {
+		for k, p := range abs {
+			t.Setenv(k, p)
+		}
+		if _, err := Resolve(); err != nil {
+			t.Fatalf("absolute roots: %v", err)
+		}
+		t.Setenv(v, rel)
+		_, err := Resolve()
+		if errcode.Of(err) != errcode.HomeInvalid || !strings.Contains(err.Error(), v+`="`+rel+`" is relative`) {
+			t.Errorf("%s=%s: %v, want home-invalid naming %s", v, rel, err, v)
+		}
 	}
 }

@@ -771,5 +771,8 @@ func ReleaseInvocations(h *home.Home, bindingDigest string) error {
 	if len(pins) > 0 {
 		return errcode.New(errcode.BindingInUse, "%d invocation record(s) in %q still pin binding %s (a live invocation or a group not yet proved gone); retry, or run fm extension cleanup-invocations", len(pins), dir, bindingDigest)
 	}
+	if errcode.Is(cerr, errcode.ProcessCleanupFailed) {
+		return nil // every record Cleanup kept has ended since: nothing pins the binding
+	}
 	return cerr
 }

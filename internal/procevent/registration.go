@@ -216,6 +216,11 @@ func Sources(h *home.Home) ([]*Registration, error) {
 	return d.sources()
 }
 
+// sources reads every registration of the pinned registry. Others register
+// and retire while it reads: a registration retired between the listing and
+// its read is not there (never a malformed registry), and one replaced by a
+// new generation meanwhile is read as that generation (fsutil.ReadPrivateAt
+// opens it again when the file it opened lost its last link).
 func (d *dirs) sources() ([]*Registration, error) {
 	if d.reg == nil {
 		return nil, nil
@@ -223,6 +228,9 @@ func (d *dirs) sources() ([]*Registration, error) {
 	ids, err := sourceIDs(d.reg)
 	if err != nil {
 		return nil, err
+	}
+	if afterSourceList != nil {
+		afterSourceList(ids)
 	}
 	var out []*Registration
 	for _, id := range ids {
@@ -237,6 +245,10 @@ func (d *dirs) sources() ([]*Registration, error) {
 	}
 	return out, nil
 }
+
+// afterSourceList, when set (by tests only), runs between the listing of
+// sources and its reads, to inject a concurrent retirement deterministically.
+var afterSourceList func(ids []string)
 
 // Register publishes a built-in registration ([REG-1]): the adapter script
 // <code root>/bin/fm-procevent-<adapter>.sh must exist, and argv is stored

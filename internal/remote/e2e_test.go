@@ -261,7 +261,8 @@ exec sh -c "$cmd" <"$d/stdin"
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantArgv := "-T\n-a\n-x\n-o\nBatchMode=yes\n-o\nClearAllForwardings=yes\n--\nme@secondmate.example\n" +
+	wantArgv := "-T\n-a\n-x\n-o\nBatchMode=yes\n-o\nClearAllForwardings=yes\n" +
+		"-o\nConnectTimeout=30\n-o\nServerAliveInterval=15\n-o\nServerAliveCountMax=3\n--\nme@secondmate.example\n" +
 		root + "/bin/fm on-receive " + job + "\n"
 	if string(argv) != wantArgv {
 		t.Fatalf("ssh argv\n%s\nwant\n%s", argv, wantArgv)
@@ -411,7 +412,12 @@ func TestOnUsage(t *testing.T) {
 		{"on", "sm1", "sh", "-c", "true"},
 		{"on", "sm1", "on-receive", "e30"},
 		{"on", "sm1", "--stdin"},
-		{"on", "nobody", "extension", "list"},
+		{"on", "--timeout", "soon", "sm1", "extension", "list"},
+		{"on", "--timeout", "-5s", "sm1", "extension", "list"},
+		{"on", "--timeout"},
+		{"on", "--stdin", "--stdin", "sm1", "extension", "list"},
+		{"on", "--timeout", "1s", "--timeout", "2s", "sm1", "extension", "list"},
+		{"on", "-x", "sm1", "extension", "list"},
 	} {
 		if _, errOut, code := run(w.controller, nil, nil, args...); code != 2 || !strings.HasPrefix(errOut, "error[usage]: ") {
 			t.Errorf("fm %s: exit %d, stderr %q", strings.Join(args, " "), code, errOut)

@@ -59,10 +59,26 @@
 //
 // Stdin is at most MaxStdin bytes, read completely before the job starts;
 // stdout and stderr are collected up to MaxStdout and MaxStderr, and a job
-// that writes more is killed (response-oversized). The job's exit status is
-// returned for the caller to pass on; ssh's own failure (exit 255, which fm
-// never uses) is process-failed. Arguments must not hold control characters
-// and, encoded, fit MaxJob (request-oversized).
+// that writes more is stopped (response-oversized). Arguments must not hold
+// control characters and, encoded, fit MaxJob (request-oversized).
+//
+// The job runs in a process group of its own (the transport and whatever it
+// starts). It has a deadline (DefaultTimeout, or the caller's --timeout, 0
+// for none): at the deadline, on an overflow or an interrupt the whole
+// group gets TERM, then KILL after StopGrace, and a deadline is
+// remote-invalid naming it. ssh also bounds the
+// connection and its liveness itself (SSHOptions: ConnectTimeout,
+// ServerAliveInterval, ServerAliveCountMax, BatchMode), so a dead link ends
+// the job before any deadline.
+//
+// # The answer
+//
+// What the secondmate's fm answered is presented only when it has the form
+// of an fm answer (CheckAnswer); ssh's own failure (exit 255, which fm never
+// uses) is process-failed, and anything else that is not such an answer is
+// remote-invalid, with nothing of its stdout presented as a result
+// ([CLI-3]): a transport that prints terminal noise and exits, a remote that
+// dies half-way.
 package remote
 
 import (
@@ -72,6 +88,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,6 +96,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -110,6 +129,41 @@ const (
 // sshFailed is ssh's own exit status for a connection or authentication
 // failure.
 const sshFailed = 255
+
+// The deadline of a job and how its process group is stopped.
+const (
+	// DefaultTimeout is the deadline of a job when the caller sets none:
+	// above the default binding timeout (300 s) of a poll run through fm
+	// on. Commands that run until stopped (procevent serve, wake watch) are
+	// not jobs for fm on; --timeout 0 runs one anyway.
+	DefaultTimeout = 10 * time.Minute
+	// StopGrace is the time between TERM and KILL to the job's group.
+	StopGrace = 2 * time.Second
+)
+
+// SSHOptions are the ssh options of every job besides -T, -a and -x: never a
+// prompt, no forwarding, a connection bounded to 30 s and a link that stops
+// answering ended after 3 keepalives 15 s apart.
+var SSHOptions = []string{
+	"-o", "BatchMode=yes",
+	"-o", "ClearAllForwardings=yes",
+	"-o", "ConnectTimeout=30",
+	"-o", "ServerAliveInterval=15",
+	"-o", "ServerAliveCountMax=3",
+}
+
+// ParseTimeout reads a --timeout value: a Go duration ("90s", "15m") or a
+// whole number of milliseconds; 0 is no deadline. Anything else, negative
+// or empty, is usage.
+func ParseTimeout(s string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && strings.TrimLeft(s, "0123456789") == "" && n <= int64(math.MaxInt64/time.Millisecond) {
+		return time.Duration(n) * time.Millisecond, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, errcode.New(errcode.Usage, "--timeout %q is not a duration (90s, 15m) or a number of milliseconds (0: no deadline)", s)
+}
 
 // The remote end of `fm on` over ssh.
 const (
@@ -149,14 +203,18 @@ var (
 func Lookup(h *home.Home, id string) (*Route, error) {
 	routes, err := Routes(h)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, errcode.New(errcode.Usage, "unknown secondmate %q: %s does not exist; add a route there (mode 0600)", id, h.Secondmates())
+		return nil, errcode.New(errcode.SecondmateMissing, "unknown secondmate %q: there are no routes (%s does not exist); add one there (mode 0600)", id, h.Secondmates())
 	}
 	if err != nil {
 		return nil, err
 	}
 	r, ok := routes[id]
 	if !ok {
-		return nil, errcode.New(errcode.Usage, "unknown secondmate %q; the routes in %s are: %s", id, h.Secondmates(), strings.Join(slices.Sorted(maps.Keys(routes)), ", "))
+		known := "none"
+		if len(routes) > 0 {
+			known = strings.Join(slices.Sorted(maps.Keys(routes)), ", ")
+		}
+		return nil, errcode.New(errcode.SecondmateMissing, "unknown secondmate %q; the routes in %s are: %s", id, h.Secondmates(), known)
 	}
 	return &r, nil
 }
@@ -223,8 +281,9 @@ type Result struct {
 }
 
 // Run runs fm with args in the home of r, with stdin as its input (nil: an
-// empty input), and returns what it wrote and its exit status.
-func Run(ctx context.Context, r *Route, args []string, stdin []byte) (*Result, error) {
+// empty input), within timeout (0: none), and returns what it wrote and its
+// exit status; the caller checks the answer with CheckAnswer.
+func Run(ctx context.Context, r *Route, args []string, stdin []byte, timeout time.Duration) (*Result, error) {
 	if len(stdin) > MaxStdin {
 		return nil, errcode.New(errcode.RequestOversized, "input for fm on is %d bytes; the bound is %d", len(stdin), MaxStdin)
 	}
@@ -233,7 +292,11 @@ func Run(ctx context.Context, r *Route, args []string, stdin []byte) (*Result, e
 			return nil, errcode.New(errcode.Usage, "argument %q holds a control character or invalid utf-8", a)
 		}
 	}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(parent, timeout)
+	}
 	defer cancel()
 	cmd, err := r.command(ctx, args)
 	if err != nil {
@@ -243,7 +306,7 @@ func Run(ctx context.Context, r *Route, args []string, stdin []byte) (*Result, e
 	stdout := &bounded{limit: MaxStdout, overflow: cancel}
 	stderr := &bounded{limit: MaxStderr, overflow: cancel}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = 5 * time.Second
+	stopped := stopGroup(cmd)
 	err = cmd.Run()
 	res := &Result{Stdout: stdout.buf.Bytes(), Stderr: stderr.buf.Bytes()}
 	where := r.where()
@@ -252,8 +315,10 @@ func Run(ctx context.Context, r *Route, args []string, stdin []byte) (*Result, e
 		return nil, errcode.New(errcode.ResponseOversized, "fm on %s: the command wrote more than %d bytes to stdout or %d to stderr; it was stopped", where, MaxStdout, MaxStderr)
 	case cmd.ProcessState == nil:
 		return nil, errcode.Wrap(errcode.ProcessFailed, err, "fm on %s: cannot run %s", where, cmd.Path)
-	case ctx.Err() != nil:
+	case stopped() && parent.Err() != nil:
 		return nil, errcode.New(errcode.ProcessFailed, "fm on %s: interrupted", where)
+	case stopped():
+		return nil, errcode.New(errcode.RemoteInvalid, "fm on %s: no answer within the deadline of %s; the transport and its process group were stopped (raise --timeout for a slow link or a long command; 0 is no deadline)", where, timeout)
 	}
 	res.Status = cmd.ProcessState.ExitCode()
 	if res.Status < 0 {
@@ -264,6 +329,28 @@ func Run(ctx context.Context, r *Route, args []string, stdin []byte) (*Result, e
 		return nil, errcode.New(errcode.ProcessFailed, "fm on %s: ssh failed (exit 255): %s", where, truncate(line, 200))
 	}
 	return res, nil
+}
+
+// stopGroup makes cmd start in a process group of its own and, when its
+// context ends, stop that whole group: TERM, then KILL after StopGrace, so
+// neither ssh nor anything it started (a ProxyCommand, a local fm's
+// children) outlives the job. A leader already reaped keeps the group's
+// number reserved while any member lives, so the KILL reaches only the
+// job's own processes. The returned function reports whether the group was
+// stopped.
+func stopGroup(cmd *exec.Cmd) (stopped func() bool) {
+	var done atomic.Bool
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		done.Store(true)
+		pgid := cmd.Process.Pid
+		unix.Kill(-pgid, unix.SIGTERM)
+		time.AfterFunc(StopGrace, func() { unix.Kill(-pgid, unix.SIGKILL) })
+		return nil
+	}
+	// Past the grace, Wait stops waiting for output a member still holds.
+	cmd.WaitDelay = StopGrace + time.Second
+	return done.Load
 }
 
 func (r *Route) where() string {
@@ -300,7 +387,7 @@ func (r *Route) command(ctx context.Context, args []string) (*exec.Cmd, error) {
 	if ssh == "" {
 		ssh = DefaultSSH
 	}
-	return exec.CommandContext(ctx, ssh, "-T", "-a", "-x", "-o", "BatchMode=yes", "-o", "ClearAllForwardings=yes", "--", r.Host, command), nil
+	return exec.CommandContext(ctx, ssh, slices.Concat([]string{"-T", "-a", "-x"}, SSHOptions, []string{"--", r.Host, command})...), nil
 }
 
 // RemoteCommand is the command string ssh hands to the remote login shell:

@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/testpkg"
 )
 
 func wantCode(t *testing.T, err error, code errcode.Code) {
@@ -63,7 +65,7 @@ func TestLookup(t *testing.T) {
 	}{
 		{"local", `{"sm1":{"home":"/srv/h","root":"/srv/r"}}`, 0o600, "sm1", ""},
 		{"remote", `{"sm1":{"home":"/srv/h","root":"/srv/r","host":"me@box.example"}}`, 0o600, "sm1", ""},
-		{"unknown id", `{"sm1":{"home":"/srv/h","root":"/srv/r"}}`, 0o600, "sm2", errcode.Usage},
+		{"unknown id", `{"sm1":{"home":"/srv/h","root":"/srv/r"}}`, 0o600, "sm2", errcode.SecondmateMissing},
 		{"group-readable file", `{"sm1":{"home":"/srv/h","root":"/srv/r"}}`, 0o640, "sm1", errcode.ModeUnsafe},
 		{"relative home", `{"sm1":{"home":"srv/h","root":"/srv/r"}}`, 0o600, "sm1", errcode.PathUnsafe},
 		{"unclean root", `{"sm1":{"home":"/srv/h","root":"/srv/../r"}}`, 0o600, "sm1", errcode.PathUnsafe},
@@ -108,7 +110,7 @@ func TestLookup(t *testing.T) {
 	})
 	t.Run("no route file", func(t *testing.T) {
 		_, err := Lookup(&home.Home{Dir: canonicalTemp(t)}, "sm1")
-		wantCode(t, err, errcode.Usage)
+		wantCode(t, err, errcode.SecondmateMissing)
 	})
 }
 
@@ -263,7 +265,7 @@ func TestRunLocal(t *testing.T) {
 	t.Setenv("FM_ROOT_OVERRIDE", "/controller/root")
 	t.Setenv("FM_STATE_OVERRIDE", "/controller/state")
 	t.Setenv("FM_TEST_EXIT", "75")
-	res, err := Run(context.Background(), r, hostile, []byte("input bytes"))
+	res, err := Run(context.Background(), r, hostile, []byte("input bytes"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +290,7 @@ exit 255
 `, 0o755)
 	t.Setenv(SSHEnv, filepath.Join(dir, "ssh"))
 	r := &Route{Home: "/srv/h", Root: "/srv/r", Host: "me@box"}
-	_, err := Run(context.Background(), r, []string{"extension", "list"}, nil)
+	_, err := Run(context.Background(), r, []string{"extension", "list"}, nil, 0)
 	wantCode(t, err, errcode.ProcessFailed)
 	if !strings.Contains(err.Error(), "Connection refused") {
 		t.Errorf("error %v does not say why ssh failed", err)
@@ -302,7 +304,8 @@ exit 255
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"-T", "-a", "-x", "-o", "BatchMode=yes", "-o", "ClearAllForwardings=yes", "--", "me@box",
+	want := []string{"-T", "-a", "-x", "-o", "BatchMode=yes", "-o", "ClearAllForwardings=yes",
+		"-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3", "--", "me@box",
 		"/srv/r/bin/fm on-receive " + job}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ssh argv %q\nwant %q", got, want)
@@ -315,10 +318,10 @@ func TestRunBounds(t *testing.T) {
 	root := canonicalTemp(t)
 	writeFile(t, filepath.Join(root, "bin", "fm"), "#!/bin/sh\nhead -c "+strconv.Itoa(MaxStdout+1)+" /dev/zero\nexec sleep 30\n", 0o755)
 	r := &Route{Home: "/srv/h", Root: root}
-	_, err := Run(context.Background(), r, []string{"wake", "list"}, nil)
+	_, err := Run(context.Background(), r, []string{"wake", "list"}, nil, 0)
 	wantCode(t, err, errcode.ResponseOversized)
 
-	_, err = Run(context.Background(), r, []string{"wake", "list"}, make([]byte, MaxStdin+1))
+	_, err = Run(context.Background(), r, []string{"wake", "list"}, make([]byte, MaxStdin+1), 0)
 	wantCode(t, err, errcode.RequestOversized)
 	_, err = ReadInput(bytes.NewReader(make([]byte, MaxStdin+1)))
 	wantCode(t, err, errcode.RequestOversized)
@@ -326,6 +329,45 @@ func TestRunBounds(t *testing.T) {
 		t.Fatalf("exactly MaxStdin: %d %v", len(in), err)
 	}
 
-	_, err = Run(context.Background(), r, []string{"extension", "inspect", "a\nb"}, nil)
+	_, err = Run(context.Background(), r, []string{"extension", "inspect", "a\nb"}, nil, 0)
 	wantCode(t, err, errcode.Usage)
+}
+
+// [XFER-4] --timeout takes a duration or milliseconds, 0 for none.
+func TestTimeouts(t *testing.T) {
+	for in, want := range map[string]time.Duration{"1500": 1500 * time.Millisecond, "0": 0, "90s": 90 * time.Second, "15m": 15 * time.Minute, "0s": 0} {
+		if d, err := ParseTimeout(in); err != nil || d != want {
+			t.Errorf("ParseTimeout(%q) = %v, %v; want %v", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "-5s", "soon", "1.5", "9223372036854775807", " 1s", "+5", "1e3"} {
+		if _, err := ParseTimeout(in); errcode.Of(err) != errcode.Usage {
+			t.Errorf("ParseTimeout(%q): %v, want usage", in, err)
+		}
+	}
+}
+
+// [XFER-4] A local route's fm that hangs is stopped at the deadline with
+// its whole process group, as a transport is: remote-invalid naming the
+// deadline, within the deadline and the stop grace.
+func TestRunLocalDeadline(t *testing.T) {
+	root := canonicalTemp(t)
+	marker := "FMTEST_LOCAL_HUNG=" + filepath.Base(root)
+	t.Setenv("FMTEST_LOCAL_HUNG", filepath.Base(root))
+	writeFile(t, filepath.Join(root, "bin", "fm"), "#!/bin/sh\ntrap '' TERM\nsleep 300 &\nsleep 300\n", 0o755)
+	r := &Route{Home: "/srv/h", Root: root}
+	start := time.Now()
+	_, err := Run(context.Background(), r, []string{"wake", "list"}, nil, 500*time.Millisecond)
+	wantCode(t, err, errcode.RemoteInvalid)
+	if !strings.Contains(err.Error(), "deadline of 500ms") {
+		t.Errorf("%v does not name the deadline", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond+StopGrace+5*time.Second {
+		t.Errorf("took %s", took)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(testpkg.Processes(marker)) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the job's group survive", testpkg.Processes(marker))
+		}
+	}
 }

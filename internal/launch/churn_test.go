@@ -1,0 +1,74 @@
+package launch_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/strictjson"
+)
+
+// [GRP-1] [RUN-3] The owner-record reader under churn: while a writer keeps
+// publishing records (a temp name renamed into place, over an older record
+// too) and removing them, as invocations start and end, List never fails:
+// a record gone between the listing and its read ended, and one replaced
+// after its open is read again.
+func TestListUnderChurn(t *testing.T) {
+	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skip("no boot id:", err)
+	}
+	boot := strings.TrimSpace(string(data))
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pid := 4242
+	rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid,
+		Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
+		Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
+		ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
+		SourceID: "src", Operation: "source.poll", CreatedAt: 1700000000}
+	good, err := strictjson.Canonical(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string {
+		return filepath.Join(dir, strings.ReplaceAll(boot, "-", "")+fmt.Sprintf("%032x", i%16)+".owner.json")
+	}
+	var stop atomic.Bool
+	var changes atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tmp := filepath.Join(t.TempDir(), "r")
+		for i := 0; !stop.Load(); i++ {
+			if err := os.WriteFile(tmp, good, 0o600); err != nil {
+				panic(err)
+			}
+			if err := os.Rename(tmp, name(i)); err != nil { // new, or over an older record
+				panic(err)
+			}
+			if i%3 == 0 {
+				os.Remove(name(i + 7))
+			}
+			changes.Add(1)
+		}
+	}()
+	lists := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); lists++ {
+		if _, err := launch.List(dir); err != nil {
+			stop.Store(true)
+			<-done
+			t.Fatalf("list %d (after %d changes): %v", lists, changes.Load(), err)
+		}
+	}
+	stop.Store(true)
+	<-done
+	t.Logf("%d listings during %d record changes, none failed", lists, changes.Load())
+}
