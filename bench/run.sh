@@ -37,7 +37,7 @@ summary=() # "name: value" lines, printed again at the end
 figure() {
 	echo "$1"
 	local l
-	while IFS= read -r l; do summary+=("$l"); done < <(grep -E '^[a-z0-9-]+: -?[0-9.]+( |$)' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve)-' | sed 's/ (.*//')
+	while IFS= read -r l; do summary+=("$l"); done < <(sed 's/ (.*//' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve)-[a-z0-9-]+: -?[0-9.]+$')
 }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm-bench.XXXXXX")
@@ -69,9 +69,17 @@ echo "go: $(go version)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 section "build"
-go build -o bin/fm ./cmd/fm
+if [ -n "${FM:-}" ]; then
+	# FM=<an fm binary>: measure that one (an earlier build, for before/after
+	# figures from one script); the harness is still built from this tree.
+	mkdir -p "$tmp/bin" && cp "$FM" "$tmp/bin/fm"
+	fmbin=$tmp/bin/fm
+else
+	go build -o bin/fm ./cmd/fm
+	fmbin=bin/fm
+fi
 go build -o "$tmp/fmbench" ./bench/fmbench
-echo "bin/fm: $(stat -c %s bin/fm) bytes"
+echo "fm: $fmbin, $(stat -c %s "$fmbin") bytes"
 
 section "tree digest: 4,096 files / 64 MiB vs sha256sum over the same files"
 line=$(go test -run '^$' -bench 'Scan/4096x16KiB' -benchtime 20x ./internal/pkgtree/ | grep '^BenchmarkScan')
@@ -105,7 +113,7 @@ else
 			{"schema":"firstmate.extension-manifest.v1","id":"org.example.floor","version":"1.0.0","host_protocols":[1],"entrypoint":"bin/floor","capabilities":[{"name":"process-event-adapter","versions":[1],"adapter_names":["floor"]}],"required_consents":[]}
 		EOF
 		chmod -R go-w "$d/pkg"
-		FM_HOME=$d/home bin/fm extension bind "$d/pkg" --adapter floor --trust-same-user-code --timeout-ms 3600000 >/dev/null
+		FM_HOME=$d/home "$fmbin" extension bind "$d/pkg" --adapter floor --trust-same-user-code --timeout-ms 3600000 >/dev/null
 		echo "$d/home"
 	}
 	home=$(mkhome invoke)
@@ -113,28 +121,28 @@ else
 	echo "trivial entrypoint: $(stat -c %s "$tmp/invoke/pkg/bin/floor") bytes (gcc ${floor_flags[*]})"
 
 	section "bind: 1,000 files of 113 bytes in 10 directories vs cp -a + sync -f of the same tree"
-	figure "$("$tmp/fmbench" -fm bin/fm -adapter floor -pkg "$tmp/invoke/pkg" -files 1000 -size 113 -dirs 10 -n "$BIND_ROUNDS" -warm 2 -label bind-1000 bind)"
+	figure "$("$tmp/fmbench" -fm "$fmbin" -adapter floor -pkg "$tmp/invoke/pkg" -files 1000 -size 113 -dirs 10 -n "$BIND_ROUNDS" -warm 2 -label bind-1000 bind)"
 	section "bind: 60 files of 1 MiB vs cp -a + sync -f of the same tree"
-	figure "$("$tmp/fmbench" -fm bin/fm -adapter floor -pkg "$tmp/invoke/pkg" -files 60 -size 1048576 -dirs 1 -n "$BIND_ROUNDS" -warm 2 -label bind-60m bind)"
+	figure "$("$tmp/fmbench" -fm "$fmbin" -adapter floor -pkg "$tmp/invoke/pkg" -files 60 -size 1048576 -dirs 1 -n "$BIND_ROUNDS" -warm 2 -label bind-60m bind)"
 
 	section "one fm extension process-event ... source.poll (CLI, process start included) vs two bare execs"
-	out=$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -n "$ROUNDS" -label poll-static invoke)
+	out=$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -n "$ROUNDS" -label poll-static invoke)
 	figure "$out"
 	cli_ms=$(sed -n 's/^invoke: fm process-event: median \([0-9.]*\) ms.*/\1/p' <<<"$out")
 	bare2_ms=$(sed -n 's/^invoke: two bare execs: median \([0-9.]*\) ms.*/\1/p' <<<"$out")
 
 	section "launch barrier (bin/fm re-executed) and fm start-up, vs a bare exec"
-	bout=$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -n "$ROUNDS" barrier)
+	bout=$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -n "$ROUNDS" barrier)
 	echo "$bout"
 	startup_ms=$(sed -n 's/^fm-startup: fm start-up and exit: median \([0-9.]*\) ms.*/\1/p' <<<"$bout")
 	barrier_ms=$(sed -n 's/^barrier-overhead: \([0-9.]*\) ms/\1/p' <<<"$bout")
 
 	section "the same call vs its design floor: fm version + 2 barriers (execve of a static exit) + 2 bare execs"
 	gcc "${floor_flags[@]}" -DFLOOR_EXIT -o "$tmp/exit0" internal/host/testdata/floor.c
-	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" design)"
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" design)"
 
 	section "fm extension list, cold start (fresh process; target under 10 ms)"
-	FM_HOME=$home "$tmp/fmbench" -fm bin/fm -n "$ROUNDS" list
+	FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -n "$ROUNDS" list
 
 	section "the pieces (go test -bench, in-process)"
 	hline=$(go test -run '^$' -bench 'Invoke|Revalidate' -benchtime "$BENCHTIME" ./internal/host/ | grep '^Benchmark')
@@ -167,15 +175,15 @@ else
 
 	section "serve with $SOURCES sources: captures per second, adapter answering at once"
 	home=$(mkhome captures -DFLOOR_RESULT)
-	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-captures)"
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-captures)"
 
 	section "serve with $SOURCES sources: idle long-poll"
 	home=$(mkhome idle -DFLOOR_LONGPOLL)
-	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-idle)"
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -sources "$SOURCES" -seconds "$SECONDS_MEASURED" serve-idle)"
 
 	section "serve with $SOURCES_LARGE sources: idle long-poll (scale)"
 	home=$(mkhome idle-large -DFLOOR_LONGPOLL)
-	figure "$(FM_HOME=$home "$tmp/fmbench" -fm bin/fm -adapter floor -sources "$SOURCES_LARGE" -seconds "$SECONDS_MEASURED" -label "$SOURCES_LARGE" serve-idle)"
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -sources "$SOURCES_LARGE" -seconds "$SECONDS_MEASURED" -label "$SOURCES_LARGE" serve-idle)"
 fi
 
 if ! command -v node >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -191,10 +199,10 @@ else
 	chmod 700 "$d/home"
 	cp -R bench/node-adapter "$d/pkg"
 	chmod -R go-w "$d/pkg"
-	FM_HOME=$d/home bin/fm extension bind "$d/pkg" --adapter node-floor --trust-same-user-code >/dev/null
-	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm bin/fm -adapter node-floor -n "$NODE_ROUNDS" -label poll-node invoke | grep -v '^invoke-vs-bare-exec')"
+	FM_HOME=$d/home "$fmbin" extension bind "$d/pkg" --adapter node-floor --trust-same-user-code >/dev/null
+	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm "$fmbin" -adapter node-floor -n "$NODE_ROUNDS" -label poll-node invoke | grep -v '^invoke-vs-bare-exec')"
 	section "the same with two busy loops competing for the two cores"
-	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm bin/fm -adapter node-floor -n "$NODE_ROUNDS" -busy 2 -label poll-node-overhead-loaded invoke | grep -v '^invoke-vs-bare-exec' | sed 's/^poll-node-overhead-loaded-overhead-ms/poll-node-overhead-loaded-ms/')"
+	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm "$fmbin" -adapter node-floor -n "$NODE_ROUNDS" -busy 2 -label poll-node-overhead-loaded invoke | grep -v '^invoke-vs-bare-exec' | sed 's/^poll-node-overhead-loaded-overhead-ms/poll-node-overhead-loaded-ms/')"
 fi
 
 section "summary (ratios are fm over its floor; see docs/performance.md for the targets)"

@@ -511,7 +511,7 @@ func serveIdle(fm string) {
 	check(err)
 	sp := startServe(fm)
 	pid := sp.cmd.Process.Pid
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		recs, err := launch.List(h.Invocations())
 		check(err)
@@ -525,7 +525,7 @@ func serveIdle(fm string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			check(fmt.Errorf("only %d of %d polls in flight after 2 minutes", inFlight, *sources))
+			check(fmt.Errorf("only %d of %d polls in flight after 5 minutes", inFlight, *sources))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
