@@ -24,15 +24,18 @@ import (
 var hostErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM}
 
 // spawnError marks the failure of creating a process, where EAGAIN means
-// the process limit (RLIMIT_NPROC) or the kernel's task table: elsewhere
-// EAGAIN only means "try again" (a non-blocking read, a busy flock).
+// the process limit (RLIMIT_NPROC) or the kernel's task table (elsewhere
+// EAGAIN only means "try again": a non-blocking read, a busy flock), and
+// EBADF means the new process could not place the descriptors it inherits
+// below its open-files limit (Go's child moves them up with dup3, which
+// fails with EBADF past RLIMIT_NOFILE): both are the host's limits.
 type spawnError struct{ err error }
 
 func (e *spawnError) Error() string { return e.err.Error() }
 func (e *spawnError) Unwrap() error { return e.err }
 
 // Spawn marks err, the failure of fork, clone or the start of a process, so
-// that EAGAIN in it counts as a host fault. Nil stays nil.
+// that EAGAIN and EBADF in it count as host faults. Nil stays nil.
 func Spawn(err error) error {
 	if err == nil {
 		return nil
@@ -41,7 +44,8 @@ func Spawn(err error) error {
 }
 
 // HostFault reports whether err's chain holds the host's own resource
-// exhaustion: one of hostErrnos, or EAGAIN from a Spawn-marked start.
+// exhaustion: one of hostErrnos, or EAGAIN or EBADF from a Spawn-marked
+// start.
 func HostFault(err error) bool {
 	for _, e := range hostErrnos {
 		if errors.Is(err, e) {
@@ -49,5 +53,5 @@ func HostFault(err error) bool {
 		}
 	}
 	var s *spawnError
-	return errors.As(err, &s) && errors.Is(s.err, syscall.EAGAIN)
+	return errors.As(err, &s) && (errors.Is(s.err, syscall.EAGAIN) || errors.Is(s.err, syscall.EBADF))
 }

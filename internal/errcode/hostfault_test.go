@@ -33,8 +33,13 @@ func TestHostFaultErrnos(t *testing.T) {
 			t.Errorf("%v: %s, want path-unsafe", e, got)
 		}
 	}
-	if got := Of(Wrap(ProcessFailed, Spawn(syscall.EAGAIN), "fork")); got != HostResource {
-		t.Errorf("EAGAIN from a spawn: %s", got)
+	for _, e := range []syscall.Errno{syscall.EAGAIN, syscall.EBADF} {
+		if got := Of(Wrap(ProcessFailed, Spawn(e), "fork")); got != HostResource {
+			t.Errorf("%v from a spawn: %s", e, got)
+		}
+	}
+	if got := Of(Wrap(Internal, syscall.EBADF, "x")); got != Internal {
+		t.Errorf("EBADF elsewhere: %s", got)
 	}
 	if got := Of(Wrap(ProcessFailed, Spawn(syscall.ENOENT), "fork")); got != ProcessFailed {
 		t.Errorf("ENOENT from a spawn: %s", got)
