@@ -307,6 +307,17 @@ func busyLoops(n int) func() {
 	}
 }
 
+// releasedPipe is descriptor 3 of a barrier released at once: the read end
+// of a pipe holding the release byte.
+func releasedPipe() []*os.File {
+	r, w, err := os.Pipe()
+	check(err)
+	_, err = w.Write([]byte{'G'})
+	check(err)
+	w.Close()
+	return []*os.File{r}
+}
+
 // design: the CLI call against its design floor, the processes the design
 // mandates for one `fm extension process-event … source.poll`, each run and
 // timed here in the same round: one fm start-up (`fm version`), two launch
@@ -319,16 +330,8 @@ func design(fm string) {
 		argv: []string{fm, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench"},
 		env:  os.Environ(), want: 75,
 	}
-	released := func() []*os.File {
-		r, w, err := os.Pipe()
-		check(err)
-		_, err = w.Write([]byte{'G'})
-		check(err)
-		w.Close()
-		return []*os.File{r}
-	}
 	version := proc{argv: []string{fm, "version"}, env: os.Environ()}
-	bar := proc{argv: []string{fm, launch.BarrierArg, *exitBin, "invoke"}, env: f.env, dir: f.dir, extra: released}
+	bar := proc{argv: []string{fm, launch.BarrierArg, *exitBin, "invoke"}, env: f.env, dir: f.dir, extra: releasedPipe}
 	hs, inv := f.bare("handshake"), f.bare("invoke")
 	as, bs, ratios := alternate(call.run, func() time.Duration { return seq(version, bar, bar, hs, inv) })
 	r := report("design", as, bs, ratios, "fm process-event", "design floor (fm version + 2 barriers + 2 bare execs)")
@@ -354,15 +357,7 @@ func compare(fm, fm2 string) {
 // runtime and package initialisation, then exit 125).
 func barrier(fm string) {
 	f := setup()
-	released := func() []*os.File {
-		r, w, err := os.Pipe()
-		check(err)
-		_, err = w.Write([]byte{'G'})
-		check(err)
-		w.Close()
-		return []*os.File{r}
-	}
-	viaBarrier := proc{argv: []string{fm, launch.BarrierArg, f.entry, "invoke"}, env: f.env, dir: f.dir, stdin: f.invoke, extra: released}
+	viaBarrier := proc{argv: []string{fm, launch.BarrierArg, f.entry, "invoke"}, env: f.env, dir: f.dir, stdin: f.invoke, extra: releasedPipe}
 	as, bs, ratios := alternate(viaBarrier.run, f.bare("invoke").run)
 	report("barrier", as, bs, ratios, "fm barrier + entrypoint", "bare entrypoint")
 	fmt.Printf("barrier-overhead: %s\n", ms(summarise(as).med-summarise(bs).med))

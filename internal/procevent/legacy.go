@@ -87,6 +87,17 @@ func CheckMeta(m *Meta, what string) error {
 // h right now: the serve lock and the claims of sources. It creates nothing;
 // an absent registry holds none.
 func Held(h *home.Home) ([]string, error) {
+	reg, err := openRegistryLoose(h)
+	if reg == nil || err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	return heldIn(reg, true)
+}
+
+// openRegistryLoose opens h's registry without following a link but without
+// checking its mode (the import tightens it afterwards); nil when absent.
+func openRegistryLoose(h *home.Home) (*os.File, error) {
 	fd, err := unix.Open(h.Registrations(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err == unix.ENOENT {
 		return nil, nil
@@ -94,9 +105,7 @@ func Held(h *home.Home) ([]string, error) {
 	if err != nil {
 		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", h.Registrations())
 	}
-	reg := os.NewFile(uintptr(fd), h.Registrations())
-	defer reg.Close()
-	return heldIn(reg, true)
+	return os.NewFile(uintptr(fd), h.Registrations()), nil
 }
 
 // heldIn lists the held claims in the registry reg, and with serve the
@@ -133,14 +142,10 @@ type ServeLock struct{ l *fsutil.Locked }
 // it afterwards. nil when there is no registry (OpenImporter then takes the
 // lock itself).
 func LockServe(h *home.Home) (*ServeLock, error) {
-	fd, err := unix.Open(h.Registrations(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == unix.ENOENT {
-		return nil, nil
+	reg, err := openRegistryLoose(h)
+	if reg == nil || err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", h.Registrations())
-	}
-	reg := os.NewFile(uintptr(fd), h.Registrations())
 	defer reg.Close()
 	l, err := takeServe(reg, h)
 	if err != nil {
