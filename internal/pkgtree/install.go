@@ -33,14 +33,13 @@ import (
 // appears complete, with its final modes, or not at all. A concurrent Install
 // that wins the rename is validated and reused.
 //
-// Finally dst is rescanned as Installed: its digest must still be
-// want.Digest, else what this call built is removed and the result is
-// integrity-mismatch. The source needs no third pass: the copy walked it
-// again under the same rules, checked the walk's shape (every path, type,
-// execute bit and size) against want and hashed every byte it copied against
-// want, which is a rescan of the source after the first scan [BIND-5]; a
-// change after a file was copied does not reach the store. On every failure
-// the temp directory is removed.
+// Before the rename the source is checked unchanged since the copy pass
+// walked it (unchanged: a metadata walk, hashed again only if something
+// changed), so the copy pass, which checked the walk's shape against want
+// and hashed every byte it copied against want, stands for the rescan of the
+// source [BIND-5]. Finally dst is rescanned as Installed: its digest must
+// still be want.Digest, else what this call built is removed and the result
+// is integrity-mismatch. On every failure the temp directory is removed.
 func Install(src string, want *Tree, dst string) error { return InstallWith(src, want, dst, Options{}) }
 
 // InstallWith is Install with the hooks of opts, which its copy and every
@@ -159,7 +158,44 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 	if err := flush(tmp); err != nil {
 		return "", err
 	}
+	if err := unchanged(src, w, want, opts); err != nil {
+		return "", err
+	}
 	return tmp, nil
+}
+
+// unchanged checks, once the copy is complete and durable, that the source
+// still is what the copy pass walked and hashed: a change to a file after its
+// own copy (or a file added, removed or renamed) must not let the copy be
+// published as the source's [BIND-5]. It walks src again without reading a
+// byte: the same paths (sameShape) and the same Tree.Stamp (the very inodes,
+// none written, truncated, chmod'ed or renamed since, each of which sets the
+// change time) prove it unchanged at the cost of its metadata. Only when the
+// stamp differs is the source hashed again, so a change that left its digest
+// as it was is not refused.
+func unchanged(src string, copied *walker, want *Tree, opts Options) error {
+	w, err := openTree(src, Source)
+	if err == nil {
+		defer w.close()
+		err = w.walk()
+	}
+	if err == nil {
+		err = sameShape(w, want)
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
+	}
+	if w.stamp() == copied.stamp() {
+		return nil
+	}
+	t, err := ScanWith(src, Source, opts)
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
+	}
+	if t.Digest != want.Digest {
+		return errcode.New(errcode.IntegrityMismatch, "package %s changed during the install: digest %s, want %s", src, t.Digest, want.Digest)
+	}
+	return nil
 }
 
 // flush makes the complete copy under dir durable in one step, before it is
