@@ -131,6 +131,13 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 			removeAll(tmp)
 		}
 	}()
+	// The descriptor that flushes is opened before the first byte is
+	// written: see flush.
+	fsDir, err := os.Open(tmp)
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "open %s", tmp)
+	}
+	defer fsDir.Close()
 	for _, e := range w.entries {
 		if e.Dir {
 			if err := os.Mkdir(filepath.Join(tmp, filepath.FromSlash(e.Path)), 0o700); err != nil {
@@ -155,7 +162,7 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 	if err := seal(tmp); err != nil {
 		return "", err
 	}
-	if err := flush(tmp); err != nil {
+	if err := flush(fsDir); err != nil {
 		return "", err
 	}
 	if err := unchanged(src, w, want, opts); err != nil {
@@ -198,25 +205,28 @@ func unchanged(src string, copied *walker, want *Tree, opts Options) error {
 	return nil
 }
 
-// flush makes the complete copy under dir durable in one step, before it is
-// published by the rename: syncfs(2) on the store's file system writes back
-// every dirty page and inode of that file system, the copy's file contents,
-// inodes and directory entries included, and waits for them (ext4 commits
-// its journal, or writes the metadata blocks when it has none); since Linux
-// 5.8 it reports a writeback error of the file system. That is the promise
-// an fsync of every file and directory gave, at the cost of one flush
-// instead of one per entry: the I/O floor of "cp -a" plus "sync -f". The
-// rename that publishes the copy is made durable afterwards by the fsync of
-// the parent, so after Install returns a crash leaves the store directory
+// flush makes the complete copy durable in one step, before it is published
+// by the rename: syncfs(2) on dir, the copy's open temp directory, writes back
+// every dirty page and inode of the store's file system, the copy's file
+// contents, inodes and directory entries included, and waits for them (ext4
+// commits its journal, or writes the metadata blocks when it has none). That
+// is the promise an fsync of every file and directory gave, at the cost of
+// one flush instead of one per entry: the I/O floor of "cp -a" plus "sync -f".
+// The rename that publishes the copy is made durable afterwards by the fsync
+// of the parent, so after Install returns a crash leaves the store directory
 // complete, and before that it leaves at most a temp directory.
-func flush(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "syncfs %s", dir)
+//
+// Since Linux 5.8 syncfs reports a write-back error of the file system, but
+// only one that the open file has not yet seen: the kernel samples the file
+// system's error state when a file is opened, and an error that another
+// process's syncfs already reported (an operator's "sync -f", a concurrent
+// bind) counts as seen for files opened after it. So dir must have been
+// opened before the first byte of the copy was written, which build does: a
+// background write-back of the copy that failed is then reported here,
+// whoever saw it first.
+func flush(dir *os.File) error {
+	if err := unix.Syncfs(int(dir.Fd())); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "syncfs %s", dir.Name())
 	}
 	return nil
 }
