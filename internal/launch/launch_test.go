@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -925,4 +926,84 @@ func TestPrepareAbortRun(t *testing.T) {
 	if g.hasReport("leader") {
 		t.Fatal("package code ran despite the cancelled context")
 	}
+}
+
+// [INV-4] [GRP-2]: the stream bounds are exact whatever the writes' and
+// reads' sizes (streams read pooled 32 KiB chunks): exactly 65,536 bytes of
+// stdout and 8,192 of stderr are accepted, with stdout returned byte for
+// byte; one more byte of either is over its bound.
+func TestStreamBoundsExact(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		out, err int
+		want     errcode.Code
+	}{
+		{65536, 8192, ""},
+		{65537, 0, errcode.ResponseOversized},
+		{0, 8193, errcode.StderrOversized},
+		{32768, 8192, ""},
+		{1, 1, ""},
+	} {
+		t.Run(fmt.Sprintf("%d-%d", tc.out, tc.err), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			s := f.spec("emit")
+			s.Env = append(s.Env, fmt.Sprintf("FM_LAUNCH_TEST_OUT=%d", tc.out), fmt.Sprintf("FM_LAUNCH_TEST_ERR=%d", tc.err))
+			var errN int64
+			var errKept []byte
+			s.Stderr = func(b []byte, n int64) { errKept, errN = bytes.Clone(b), n }
+			res, err := Run(context.Background(), s)
+			if tc.want != "" {
+				assertCode(t, err, tc.want)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" && !bytes.Equal(res.Stdout, pattern(0, tc.out)) {
+				t.Errorf("stdout: %d bytes, not the %d written", len(res.Stdout), tc.out)
+			}
+			if errN != int64(tc.err) || !bytes.Equal(errKept, pattern(0, min(tc.err, s.StderrLimit))) {
+				t.Errorf("stderr: %d bytes counted, %d kept; wrote %d", errN, len(errKept), tc.err)
+			}
+			assertNoRecords(t, f.records)
+		})
+	}
+}
+
+// [GRP-2]: a package that closes stdout at once and exits 0 later answers
+// nothing: an empty stdout, no leak, nothing left.
+func TestStdoutClosedEarly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	res, err := Run(context.Background(), f.spec("close-stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stdout) != 0 {
+		t.Errorf("stdout %q", res.Stdout)
+	}
+	leader := f.reported(t, "leader")
+	assertReaped(t, "leader", leader)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [GRP-2] [GRP-4]: when the invocation is stopped (its context cancelled),
+// a leader that obeys TERM exits at once, and stop, which now waits for the
+// leader before anything else, must still find its TERM-ignoring child,
+// KILL it and prove the group gone.
+func TestStopKillsTermIgnoringMember(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		f.reported(t, "leader")
+		cancel()
+	}()
+	_, err := Run(ctx, f.spec("term-child"))
+	assertCode(t, err, errcode.ProcessFailed)
+	leader, child := f.reported(t, "leader"), f.reported(t, "child")
+	assertReaped(t, "leader", leader)
+	assertReaped(t, "TERM-ignoring child", child)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
 }
