@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -1005,5 +1006,55 @@ func TestStopKillsTermIgnoringMember(t *testing.T) {
 	assertReaped(t, "leader", leader)
 	assertReaped(t, "TERM-ignoring child", child)
 	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [OP-3] [GRP-2]: a launch whose descriptors sit at the top of the file limit
+// is a host fault, not the package's failure: syscall.ForkExec's child moves
+// its error pipe just above the highest descriptor it is handed, which the
+// limit forbids, and the fork reports EBADF. Under serve with a small
+// ulimit -n that EBADF was captured as process-failed evidence against a
+// valid package (TestServeUnderFileLimit, 1 run in 2). Not parallel: it
+// lowers this process's file limit.
+func TestForkAtFileLimitIsHostFault(t *testing.T) {
+	f := newFixture(t)
+	var orig unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &orig); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := 0
+	for _, e := range ents {
+		n, _ := strconv.Atoi(e.Name())
+		top = max(top, n)
+	}
+	limit := top + 32
+	file, err := os.Open(exe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Dup3(int(file.Fd()), limit-1, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	file.Close()
+	entry := os.NewFile(uintptr(limit-1), exe())
+	defer entry.Close()
+	lim := orig
+	lim.Cur = uint64(limit)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	s := f.spec("good")
+	s.Exec = entry
+	_, err = Run(context.Background(), s)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &orig); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil || !errcode.HostFault(err) {
+		t.Fatalf("launch at the file limit: %v (host fault %v), want a host fault", err, errcode.HostFault(err))
+	}
 	assertNoRecords(t, f.records)
 }
