@@ -129,6 +129,19 @@ func helper(mode string) int {
 		report("leader")
 		fmt.Print("partial")
 		time.Sleep(time.Hour)
+	case "emit": // FM_LAUNCH_TEST_OUT bytes on stdout, FM_LAUNCH_TEST_ERR on stderr, in odd pieces, then exit 0
+		report("leader")
+		emit(os.Stdout, os.Getenv("FM_LAUNCH_TEST_OUT"))
+		emit(os.Stderr, os.Getenv("FM_LAUNCH_TEST_ERR"))
+	case "close-stdout": // closes stdout at once, then writes stderr and exits 0 a little later
+		report("leader")
+		os.Stdout.Close()
+		time.Sleep(200 * time.Millisecond)
+		os.Stderr.WriteString("bye")
+	case "term-child": // obeys TERM itself, leaves a TERM-ignoring child, waits
+		spawn("child", true, false, false, "child")
+		report("leader")
+		time.Sleep(time.Hour)
 	case "spawn-and-exit": // leaves a live child in its group, exits
 		spawn("child", false, false, false, "child")
 		report("leader")
@@ -387,4 +400,26 @@ func hostileCaller() int {
 	env := append([]string{envMode + "=host"}, slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, envMode+"=") })...)
 	syscall.Exec(exe(), []string{exe()}, env)
 	return 4
+}
+
+// emit writes n (decimal) bytes of a position-dependent pattern to f, in
+// pieces of 1, 7, 4093, 32769, ... bytes, so the reader's chunks never line
+// up with the writes.
+func emit(f *os.File, n string) {
+	total, _ := strconv.Atoi(n)
+	sizes := []int{1, 7, 4093, 32769, 11}
+	for i, k := 0, 0; i < total; k++ {
+		m := min(sizes[k%len(sizes)], total-i)
+		f.Write(pattern(i, m))
+		i += m
+	}
+}
+
+// pattern is bytes off..off+n of the pattern emit writes.
+func pattern(off, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + (off+i)%23)
+	}
+	return b
 }

@@ -438,6 +438,31 @@ func (s *Spec) interrupted(ctx context.Context) error {
 	return errcode.Wrap(errcode.ProcessFailed, cause, "%s: interrupted by the host", s.what())
 }
 
+// forkFault turns the EBADF of a syscall.ForkExec whose child could not place
+// its descriptors into the EMFILE it is. The child first moves its error pipe
+// just above the highest descriptor in files (and may move a few more after
+// it); where that is at or above RLIMIT_NOFILE the kernel refuses it with
+// EBADF. Every descriptor in files is open (this process made or holds
+// them), so near the limit the only bad descriptor is the one the limit
+// forbids: a host fault, never the package's failure.
+func forkFault(err error, files []uintptr) error {
+	if !errors.Is(err, syscall.EBADF) {
+		return err
+	}
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return err
+	}
+	top := uint64(len(files))
+	for _, fd := range files {
+		top = max(top, uint64(fd))
+	}
+	if top+1+uint64(len(files)) < lim.Cur {
+		return err
+	}
+	return fmt.Errorf("%w: the launch's descriptors reach the file limit (%d)", syscall.EMFILE, lim.Cur)
+}
+
 // invocation is one started barrier/entrypoint and the host's ends of its
 // pipes.
 type invocation struct {
@@ -500,7 +525,7 @@ func start(s Spec) (*invocation, error) {
 	closeAll(child[:])
 	if err != nil {
 		closeAll(host[:])
-		return nil, errcode.Wrap(errcode.ProcessFailed, errcode.Spawn(err), "start the launch barrier for %s", s.what())
+		return nil, errcode.Wrap(errcode.ProcessFailed, errcode.Spawn(forkFault(err, files)), "start the launch barrier for %s", s.what())
 	}
 	if pidfd < 0 {
 		// No CLONE_PIDFD (Linux before 5.2). The unreaped child still pins

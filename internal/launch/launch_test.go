@@ -1,12 +1,14 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -925,4 +927,134 @@ func TestPrepareAbortRun(t *testing.T) {
 	if g.hasReport("leader") {
 		t.Fatal("package code ran despite the cancelled context")
 	}
+}
+
+// [INV-4] [GRP-2]: the stream bounds are exact whatever the writes' and
+// reads' sizes (streams read pooled 32 KiB chunks): exactly 65,536 bytes of
+// stdout and 8,192 of stderr are accepted, with stdout returned byte for
+// byte; one more byte of either is over its bound.
+func TestStreamBoundsExact(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		out, err int
+		want     errcode.Code
+	}{
+		{65536, 8192, ""},
+		{65537, 0, errcode.ResponseOversized},
+		{0, 8193, errcode.StderrOversized},
+		{32768, 8192, ""},
+		{1, 1, ""},
+	} {
+		t.Run(fmt.Sprintf("%d-%d", tc.out, tc.err), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			s := f.spec("emit")
+			s.Env = append(s.Env, fmt.Sprintf("FM_LAUNCH_TEST_OUT=%d", tc.out), fmt.Sprintf("FM_LAUNCH_TEST_ERR=%d", tc.err))
+			var errN int64
+			var errKept []byte
+			s.Stderr = func(b []byte, n int64) { errKept, errN = bytes.Clone(b), n }
+			res, err := Run(context.Background(), s)
+			if tc.want != "" {
+				assertCode(t, err, tc.want)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" && !bytes.Equal(res.Stdout, pattern(0, tc.out)) {
+				t.Errorf("stdout: %d bytes, not the %d written", len(res.Stdout), tc.out)
+			}
+			if errN != int64(tc.err) || !bytes.Equal(errKept, pattern(0, min(tc.err, s.StderrLimit))) {
+				t.Errorf("stderr: %d bytes counted, %d kept; wrote %d", errN, len(errKept), tc.err)
+			}
+			assertNoRecords(t, f.records)
+		})
+	}
+}
+
+// [GRP-2]: a package that closes stdout at once and exits 0 later answers
+// nothing: an empty stdout, no leak, nothing left.
+func TestStdoutClosedEarly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	res, err := Run(context.Background(), f.spec("close-stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stdout) != 0 {
+		t.Errorf("stdout %q", res.Stdout)
+	}
+	leader := f.reported(t, "leader")
+	assertReaped(t, "leader", leader)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [GRP-2] [GRP-4]: when the invocation is stopped (its context cancelled),
+// a leader that obeys TERM exits at once, and stop, which now waits for the
+// leader before anything else, must still find its TERM-ignoring child,
+// KILL it and prove the group gone.
+func TestStopKillsTermIgnoringMember(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		f.reported(t, "leader")
+		cancel()
+	}()
+	_, err := Run(ctx, f.spec("term-child"))
+	assertCode(t, err, errcode.ProcessFailed)
+	leader, child := f.reported(t, "leader"), f.reported(t, "child")
+	assertReaped(t, "leader", leader)
+	assertReaped(t, "TERM-ignoring child", child)
+	assertGroupGone(t, leader.PID)
+	assertNoRecords(t, f.records)
+}
+
+// [OP-3] [GRP-2]: a launch whose descriptors sit at the top of the file limit
+// is a host fault, not the package's failure: syscall.ForkExec's child moves
+// its error pipe just above the highest descriptor it is handed, which the
+// limit forbids, and the fork reports EBADF. Under serve with a small
+// ulimit -n that EBADF was captured as process-failed evidence against a
+// valid package (TestServeUnderFileLimit, 1 run in 2). Not parallel: it
+// lowers this process's file limit.
+func TestForkAtFileLimitIsHostFault(t *testing.T) {
+	f := newFixture(t)
+	var orig unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &orig); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := 0
+	for _, e := range ents {
+		n, _ := strconv.Atoi(e.Name())
+		top = max(top, n)
+	}
+	limit := top + 32
+	file, err := os.Open(exe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Dup3(int(file.Fd()), limit-1, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	file.Close()
+	entry := os.NewFile(uintptr(limit-1), exe())
+	defer entry.Close()
+	lim := orig
+	lim.Cur = uint64(limit)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	s := f.spec("good")
+	s.Exec = entry
+	_, err = Run(context.Background(), s)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &orig); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil || !errcode.HostFault(err) {
+		t.Fatalf("launch at the file limit: %v (host fault %v), want a host fault", err, errcode.HostFault(err))
+	}
+	assertNoRecords(t, f.records)
 }

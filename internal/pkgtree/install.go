@@ -33,14 +33,13 @@ import (
 // appears complete, with its final modes, or not at all. A concurrent Install
 // that wins the rename is validated and reused.
 //
-// Finally dst is rescanned as Installed: its digest must still be
-// want.Digest, else what this call built is removed and the result is
-// integrity-mismatch. The source needs no third pass: the copy walked it
-// again under the same rules, checked the walk's shape (every path, type,
-// execute bit and size) against want and hashed every byte it copied against
-// want, which is a rescan of the source after the first scan [BIND-5]; a
-// change after a file was copied does not reach the store. On every failure
-// the temp directory is removed.
+// Before the rename the source is checked unchanged since the copy pass
+// walked it (unchanged: a metadata walk, hashed again only if something
+// changed), so the copy pass, which checked the walk's shape against want
+// and hashed every byte it copied against want, stands for the rescan of the
+// source [BIND-5]. Finally dst is rescanned as Installed: its digest must
+// still be want.Digest, else what this call built is removed and the result
+// is integrity-mismatch. On every failure the temp directory is removed.
 func Install(src string, want *Tree, dst string) error { return InstallWith(src, want, dst, Options{}) }
 
 // InstallWith is Install with the hooks of opts, which its copy and every
@@ -132,6 +131,13 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 			removeAll(tmp)
 		}
 	}()
+	// The descriptor that flushes is opened before the first byte is
+	// written: see flush.
+	fsDir, err := os.Open(tmp)
+	if err != nil {
+		return "", errcode.Wrap(errcode.Internal, err, "open %s", tmp)
+	}
+	defer fsDir.Close()
 	for _, e := range w.entries {
 		if e.Dir {
 			if err := os.Mkdir(filepath.Join(tmp, filepath.FromSlash(e.Path)), 0o700); err != nil {
@@ -156,31 +162,71 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 	if err := seal(tmp); err != nil {
 		return "", err
 	}
-	if err := flush(tmp); err != nil {
+	if err := flush(fsDir); err != nil {
+		return "", err
+	}
+	if err := unchanged(src, w, want, opts); err != nil {
 		return "", err
 	}
 	return tmp, nil
 }
 
-// flush makes the complete copy under dir durable in one step, before it is
-// published by the rename: syncfs(2) on the store's file system writes back
-// every dirty page and inode of that file system, the copy's file contents,
-// inodes and directory entries included, and waits for them (ext4 commits
-// its journal, or writes the metadata blocks when it has none); since Linux
-// 5.8 it reports a writeback error of the file system. That is the promise
-// an fsync of every file and directory gave, at the cost of one flush
-// instead of one per entry: the I/O floor of "cp -a" plus "sync -f". The
-// rename that publishes the copy is made durable afterwards by the fsync of
-// the parent, so after Install returns a crash leaves the store directory
-// complete, and before that it leaves at most a temp directory.
-func flush(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
+// unchanged checks, once the copy is complete and durable, that the source
+// still is what the copy pass walked and hashed: a change to a file after its
+// own copy (or a file added, removed or renamed) must not let the copy be
+// published as the source's [BIND-5]. It walks src again without reading a
+// byte: the same paths (sameShape) and the same Tree.Stamp (the very inodes,
+// none written, truncated, chmod'ed or renamed since, each of which sets the
+// change time) prove it unchanged at the cost of its metadata. Only when the
+// stamp differs is the source hashed again, so a change that left its digest
+// as it was is not refused.
+func unchanged(src string, copied *walker, want *Tree, opts Options) error {
+	w, err := openTree(src, Source)
+	if err == nil {
+		defer w.close()
+		err = w.walk()
 	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "syncfs %s", dir)
+	if err == nil {
+		err = sameShape(w, want)
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
+	}
+	if w.stamp() == copied.stamp() {
+		return nil
+	}
+	t, err := ScanWith(src, Source, opts)
+	if err != nil {
+		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
+	}
+	if t.Digest != want.Digest {
+		return errcode.New(errcode.IntegrityMismatch, "package %s changed during the install: digest %s, want %s", src, t.Digest, want.Digest)
+	}
+	return nil
+}
+
+// flush makes the complete copy durable in one step, before it is published
+// by the rename: syncfs(2) on dir, the copy's open temp directory, writes back
+// every dirty page and inode of the store's file system, the copy's file
+// contents, inodes and directory entries included, and waits for them (ext4
+// commits its journal, or writes the metadata blocks when it has none). That
+// is the promise an fsync of every file and directory gave, at the cost of
+// one flush instead of one per entry: the I/O floor of "cp -a" plus "sync -f".
+// The rename that publishes the copy is made durable afterwards by the fsync
+// of the parent, so after Install returns a crash leaves the store directory
+// complete, and before that it leaves at most a temp directory.
+//
+// Since Linux 5.8 syncfs reports a write-back error of the file system, but
+// only one that the open file has not yet seen: the kernel samples the file
+// system's error state when a file is opened, and an error that another
+// process's syncfs already reported (an operator's "sync -f", a concurrent
+// bind) counts as seen for files opened after it. So dir must have been
+// opened before the first byte of the copy was written, which build does: a
+// background write-back of the copy that failed is then reported here,
+// whoever saw it first.
+func flush(dir *os.File) error {
+	if err := unix.Syncfs(int(dir.Fd())); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "syncfs %s", dir.Name())
 	}
 	return nil
 }

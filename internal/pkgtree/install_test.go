@@ -358,3 +358,78 @@ func TestScanInstalledNeedsAbsoluteRoot(t *testing.T) {
 	_, err := Scan(filepath.Base(dst), Installed)
 	wantCode(t, err, errcode.PathUnsafe)
 }
+
+// TestInstallSourceChangedDuringCopy: [BIND-5] the source's digest must
+// still equal the first scan once the copy is made: a change made while the
+// copy is built, to a file already copied as much as to one not yet copied,
+// is integrity-mismatch, and nothing is left in the store. Each change is
+// made from the progress hook once bin/run, the first file, is copied.
+func TestInstallSourceChangedDuringCopy(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(t *testing.T, src string)
+	}{
+		{"a copied file's bytes, same size", func(t *testing.T, src string) {
+			writeTree(t, src, node{path: "bin/run", data: "#!/bin/sh\necho ho\n", mode: 0o700})
+		}},
+		{"a copied file's execute bit removed", func(t *testing.T, src string) {
+			chmod(t, filepath.Join(src, "bin/run"), 0o600)
+		}},
+		{"a copied file removed", func(t *testing.T, src string) {
+			must(t, os.Remove(filepath.Join(src, "bin/run")))
+		}},
+		{"a file added", func(t *testing.T, src string) {
+			writeTree(t, src, node{path: "bin/new", data: "n"})
+		}},
+		{"a copied directory renamed", func(t *testing.T, src string) {
+			must(t, os.Rename(filepath.Join(src, "bin"), filepath.Join(src, "bin2")))
+		}},
+		{"a file not yet copied, same size", func(t *testing.T, src string) {
+			writeTree(t, src, node{path: "share/doc.txt", data: "DOC\n"})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := newPkg(t, fixtureInstall...)
+			tr := mustScan(t, src, Source)
+			dst := storePath(storeHome(t), tr)
+			changed := false
+			opts := Options{Progress: func(stage string, files, _ int, _, _ int64) {
+				if stage == StageCopying && files == 1 && !changed {
+					changed = true
+					c.change(t, src)
+				}
+			}}
+			wantCode(t, InstallWith(src, tr, dst, opts), errcode.IntegrityMismatch)
+			if !changed {
+				t.Fatal("the copy never reported its first file")
+			}
+			onlyEntry(t, filepath.Dir(dst), "")
+		})
+	}
+}
+
+// TestInstallSourceTouchedDuringCopy: [BIND-5] a source whose files were
+// rewritten with the same bytes or whose directory was renamed and back
+// while the copy was built still has the first scan's digest: the install
+// succeeds (the changed stamp makes it hash the source again).
+func TestInstallSourceTouchedDuringCopy(t *testing.T) {
+	src := newPkg(t, fixtureInstall...)
+	tr := mustScan(t, src, Source)
+	dst := storePath(storeHome(t), tr)
+	touched := false
+	opts := Options{Progress: func(stage string, files, _ int, _, _ int64) {
+		if stage == StageCopying && files == 1 && !touched {
+			touched = true
+			writeTree(t, src, node{path: "bin/run", data: "#!/bin/sh\necho ha\n", mode: 0o700})
+			writeTree(t, src, node{path: "bin/run", data: "#!/bin/sh\necho hi\n", mode: 0o700})
+			must(t, os.Rename(filepath.Join(src, "lib"), filepath.Join(src, "lib2")))
+			must(t, os.Rename(filepath.Join(src, "lib2"), filepath.Join(src, "lib")))
+		}
+	}}
+	wantCode(t, InstallWith(src, tr, dst, opts), "")
+	if !touched {
+		t.Fatal("the copy never reported its first file")
+	}
+	onlyEntry(t, filepath.Dir(dst), filepath.Base(dst))
+}

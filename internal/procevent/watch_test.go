@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // received reports whether c gets a wake within d.
@@ -124,5 +127,39 @@ func TestRegistryWatchSafetyLook(t *testing.T) {
 	defer end()
 	if !received(looked, 10*time.Second) {
 		t.Fatal("no safety look without events")
+	}
+}
+
+// [RUN-2], [REG-4] A lost event (the kernel's queue overflowed) or a watch the
+// kernel dropped (the directory went) wakes every stop watcher and the
+// rescan: the events that were lost may have been any of them.
+func TestRegistryWatchOverflowWakesAll(t *testing.T) {
+	defer func(d time.Duration) { safetyPoll = d }(safetyPoll)
+	safetyPoll = time.Hour
+	reg, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	w, err := watchRegistry(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.release()
+	for _, mask := range []uint32{unix.IN_Q_OVERFLOW, unix.IN_IGNORED} {
+		stopA, stopB := make(chan struct{}, 1), make(chan struct{}, 1)
+		endA := w.onStop("a", func() { notify(stopA) })
+		endB := w.onStop("b", func() { notify(stopB) })
+		changed, endC := w.onChange()
+		ev := make([]byte, unix.SizeofInotifyEvent)
+		(*unix.InotifyEvent)(unsafe.Pointer(&ev[0])).Wd = -1
+		(*unix.InotifyEvent)(unsafe.Pointer(&ev[0])).Mask = mask
+		w.dispatch(ev)
+		if !received(stopA, time.Second) || !received(stopB, time.Second) || !received(changed, time.Second) {
+			t.Errorf("event %#x did not wake every watcher", mask)
+		}
+		endA()
+		endB()
+		endC()
 	}
 }
