@@ -80,14 +80,24 @@ func init() {
 	var (
 		ifOwner, ifMatches string
 		ifAbsent           bool
+		// An empty --if-owner or --if-matches is a condition that no
+		// registration meets, never the bare form: a script whose token
+		// variable is empty must not retire what the bare form would.
+		ownerSet, matchesSet bool
 	)
 	register("procevent", &Verb{
 		Name:    "retire",
 		Args:    "<source-id> [--if-owner <token> | --if-matches <adapter> -- <argv...> | --if-absent]",
 		Summary: "stop the source's running poll and remove its registration (bare form: built-ins only)",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&ifOwner, "if-owner", "", "retire only the extension generation with this owner token (idempotent)")
-			fs.StringVar(&ifMatches, "if-matches", "", "retire only a built-in registration of this adapter with exactly the argv after --")
+			fs.Func("if-owner", "retire only the extension generation with this owner token (idempotent)", func(v string) error {
+				ifOwner, ownerSet = v, true
+				return nil
+			})
+			fs.Func("if-matches", "retire only a built-in registration of this adapter with exactly the argv after --", func(v string) error {
+				ifMatches, matchesSet = v, true
+				return nil
+			})
 			fs.BoolVar(&ifAbsent, "if-absent", false, "succeed only if nothing is registered")
 		},
 		Run: func(e *Env, args []string) error {
@@ -95,7 +105,13 @@ func init() {
 				return errcode.New(errcode.Usage, "expected a source id")
 			}
 			forms := 0
-			for _, set := range []bool{ifOwner != "", ifMatches != "", ifAbsent} {
+			switch {
+			case ownerSet && ifOwner == "":
+				return errcode.New(errcode.Usage, "--if-owner %q must be sha256:<64 lowercase hex>", ifOwner)
+			case matchesSet && ifMatches == "":
+				return errcode.New(errcode.Usage, "--if-matches needs an adapter name")
+			}
+			for _, set := range []bool{ownerSet, matchesSet, ifAbsent} {
 				if set {
 					forms++
 				}

@@ -55,7 +55,7 @@ func TestTempSweepForReal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store := filepath.Join(dir, TempPrefix+"1-1-00") // pid 1 never has start time 1 here
+	store := filepath.Join(dir, TempPrefix+"1-1-0123456789abcdef") // pid 1 never has start time 1 here
 	if err := os.MkdirAll(filepath.Join(store, "bin"), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -354,7 +354,8 @@ func matches(rec *binding.Record, tree *pkgtree.Tree) error {
 // digests. Any drift is tamper evidence, integrity-mismatch whatever the
 // rescan found (a file made writable, a link, a missing store copy): the
 // call's outcome is refused, and since the tree no longer matches its
-// binding, every later call refuses before running anything.
+// binding, every later call refuses before running anything. A rescan that
+// the host's own resource exhaustion stopped is no drift: host-resource.
 func (v *verified) recheck(rec *binding.Record, after string) error {
 	tree, err := pkgtree.Scan(rec.PackageRoot, pkgtree.Installed)
 	if err == nil {
@@ -362,6 +363,12 @@ func (v *verified) recheck(rec *binding.Record, after string) error {
 	}
 	if err == nil && tree.Stamp != v.stamp {
 		err = errcode.New(errcode.IntegrityMismatch, "a file or directory was replaced, written or chmod'ed (same digest, other inode or change time)")
+	}
+	if errcode.HostFault(err) {
+		// Not drift: the host could not read the tree. The call's outcome
+		// is still refused (its tree is unproven), but nothing says the
+		// package changed, and the next call verifies afresh [OP-3].
+		return errcode.Wrap(errcode.HostResource, err, "installed package %q could not be revalidated after the %s ran; its outcome is refused", rec.PackageRoot, after)
 	}
 	if err != nil {
 		return errcode.Wrap(errcode.IntegrityMismatch, err, "installed package %q changed while the %s ran (tamper evidence; the result is refused and %s stays refused until it is rebound)", rec.PackageRoot, after, rec.ExtensionID)

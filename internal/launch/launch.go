@@ -588,6 +588,14 @@ func (inv *invocation) release() error {
 		err = cerr
 	}
 	inv.relW = nil
+	if errors.Is(err, syscall.EPIPE) {
+		// The barrier is gone before its release, so no package code ran:
+		// the barrier is fm itself, and what ends it this early is the
+		// host (a Go runtime that could not get memory under RLIMIT_AS, or
+		// a kill), never the package, whose failure this must not be
+		// counted as [OP-3].
+		return errcode.Wrap(errcode.HostResource, err, "release the launch barrier: it exited before its release, so no package code ran (out of memory, or killed)")
+	}
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "release the launch barrier")
 	}

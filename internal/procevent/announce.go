@@ -61,7 +61,13 @@ func announce(ctx context.Context, state *os.File, m *Meta) error {
 }
 
 // reannounce applies the re-announce rule to every unhandled result and
-// returns how many it announced.
+// returns how many it announced. A result whose pending marker outlived its
+// runner (killed, or failed to append its wake: a full disk) may never have
+// been announced: it is announced now unless the queue holds a wake of it
+// (its capture is younger than the interval, so any wake of it is too, and
+// the backward read sees it), not one interval later, so the "reconcile
+// announces it" that the failed runner printed holds as soon as the cause is
+// fixed.
 func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, error) {
 	if err := d.openInbox(false); err == errAbsent {
 		return 0, nil
@@ -76,6 +82,7 @@ func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, err
 		return 0, err
 	}
 	var due []*Meta
+	undecided := map[*Meta]bool{}
 	for i := range results {
 		r := &results[i]
 		if r.Handled {
@@ -89,6 +96,7 @@ func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, err
 			continue
 		}
 		due = append(due, &r.Meta)
+		undecided[&r.Meta] = existsAt(d.inbox, name(r.SourceID, r.Sequence, pendingSuffix))
 	}
 	if len(due) == 0 {
 		return 0, nil
@@ -102,7 +110,7 @@ func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, err
 	young := map[string]bool{}
 	want := map[string]bool{}
 	for _, m := range due {
-		if m.CapturedAt <= cutoff {
+		if m.CapturedAt <= cutoff || undecided[m] {
 			want[wakeKey(m.SourceID, m.Sequence)] = true
 		}
 	}
@@ -122,7 +130,7 @@ func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, err
 	}
 	n := 0
 	for _, m := range due {
-		if m.CapturedAt > cutoff || young[wakeKey(m.SourceID, m.Sequence)] {
+		if (m.CapturedAt > cutoff && !undecided[m]) || young[wakeKey(m.SourceID, m.Sequence)] {
 			continue
 		}
 		if err := announce(ctx, d.state, m); err != nil {

@@ -30,6 +30,7 @@ import sys
 
 MAX_ENVELOPE = 65536
 MAX_OUTPUT = 32768
+MAX_ESCAPED_OUTPUT = 64696  # the output JSON-escaped must fit every verdict request the host builds from it
 MAX_DIAGNOSTIC = 512
 MAX_DEPTH = 32
 MAX_VERSION = 2 ** 31 - 1  # protocol and capability versions are 1..2^31-1
@@ -105,6 +106,19 @@ def _check_value(value, depth):
     elif isinstance(value, list):
         for item in value:
             _check_value(item, depth + 1)
+
+
+def escaped_len(s):
+    """The bytes s takes inside a JSON string as the host escapes it: '"' and
+    '\\' and \b \t \n \f \r take 2, other C0 controls 6, every other
+    character its UTF-8 length."""
+    n = len(s.encode("utf-8"))
+    for ch in s:
+        if ch in '"\\\b\t\n\f\r':
+            n += 1
+        elif ch < " ":
+            n += 5
+    return n
 
 
 def _check_text(s):
@@ -305,6 +319,8 @@ def _check_result(operation, result):
             return
         if result["status"] != "result" or not _str(out) or not 1 <= len(out.encode("utf-8")) <= MAX_OUTPUT:
             raise ValueError("source.poll result must be status result with 1..%d bytes, or no-result" % MAX_OUTPUT)
+        if escaped_len(out) > MAX_ESCAPED_OUTPUT:
+            raise ValueError("source.poll output takes %d bytes JSON-escaped, more than %d" % (escaped_len(out), MAX_ESCAPED_OUTPUT))
         _check_text(out)
     elif operation == "result.classify":
         _exact(result, "classification", ("classification",))

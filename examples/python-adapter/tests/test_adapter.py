@@ -203,6 +203,31 @@ class Invoke(unittest.TestCase):
         resp = respond(Escaping(), request("source.poll", {"source_id": "s1", "config_ref": "dir:/tmp"}))
         self.assertEqual(resp["error"]["code"], "internal")
 
+    def test_output_escaped_bound_is_the_hosts(self):
+        # [CAP-4] [OP-1] the host refuses an output that takes more than
+        # 64,696 bytes JSON-escaped (it could not be carried into a verdict
+        # request): a response that still fits 65,536 bytes but carries one
+        # is the handler's bug, answered internal as the Go SDK does; exactly
+        # at the bound, with '"', '\\', control and 4-byte characters, it is sent.
+        cases = {
+            "quotes": ('"' * (fmadapter.MAX_ESCAPED_OUTPUT // 2), '"'),
+            "backslashes": ("\\" * (fmadapter.MAX_ESCAPED_OUTPUT // 2), "\\"),
+            "mixed": ("\x1b" * 10000 + '"' * 2346 + "\U0001F600", "\n"),
+        }
+        for name, (at, more) in cases.items():
+            self.assertEqual(fmadapter.escaped_len(at), fmadapter.MAX_ESCAPED_OUTPUT)
+            for output, ok in ((at, True), (at + more, False)):
+                class Fixed(pyspool.Spool):
+                    def poll(self, call, inp):
+                        return {"status": "result", "output": output}
+                with self.subTest(name, ok=ok):
+                    resp = respond(Fixed(), request("source.poll", {"source_id": "s1", "config_ref": "dir:/tmp"}))
+                    if ok:
+                        self.assertTrue(resp["ok"], resp["error"])
+                        self.assertEqual(resp["result"]["output"], output)
+                    else:
+                        self.assertEqual(resp["error"]["code"], "internal")
+
     def test_serve_in_process_with_streams_leaves_the_process_alone(self):
         # A test that calls serve with its own streams gets the responses
         # there, twice in a row, and the process keeps its stdout and its
