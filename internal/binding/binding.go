@@ -226,8 +226,11 @@ func Load(h *home.Home) ([]*Binding, error) { return loadAll(h, "") }
 // enables and another binding enables too is not refused, so that an
 // operator can always undo such a conflict with fm itself (a hand-made copy
 // of a record, or bindings published by a lock-file race before fm proved
-// lock identity). Every other malformation still refuses, and so does a
-// conflict between two other bindings.
+// lock identity). That holds however many bindings enable the adapter: with
+// three, the retirement of any one of them proceeds though the other two
+// still conflict on it, so each retirement undoes part of the conflict.
+// Every other malformation still refuses, and so does a conflict on an
+// adapter id's binding does not enable.
 func LoadForRetire(h *home.Home, id string) ([]*Binding, error) { return loadAll(h, id) }
 
 // loadAll is Load, tolerating adapter conflicts that involve the binding of
@@ -280,7 +283,7 @@ func load(h *home.Home, dir string, skipVanished bool, retiring string) ([]*Bind
 		afterList(names)
 	}
 	var out []*Binding
-	owner := map[string]*Binding{}
+	undone := map[string]bool{} // the adapters of the binding being retired
 	for _, name := range names {
 		b, err := read(h, filepath.Join(dir, name))
 		if errors.Is(err, os.ErrNotExist) {
@@ -294,9 +297,17 @@ func load(h *home.Home, dir string, skipVanished bool, retiring string) ([]*Bind
 		}
 		out = append(out, b)
 		if b.ExtensionID == retiring {
-			continue // its conflicts are what its retirement undoes
+			for _, a := range b.Adapters() {
+				undone[a] = true
+			}
 		}
+	}
+	owner := map[string]*Binding{}
+	for _, b := range out {
 		for _, a := range b.Adapters() {
+			if undone[a] {
+				continue // its conflicts are what the retirement undoes
+			}
 			if other, dup := owner[a]; dup {
 				return nil, errcode.New(errcode.AdapterConflict, "registry %q: adapter %q is enabled by both %s (binding %s) and %s (binding %s); retire one of them: fm extension retire-binding %s --if-binding-digest %s, or fm extension retire-binding %s --if-binding-digest %s", dir, a, other.ExtensionID, other.Digest, b.ExtensionID, b.Digest, other.ExtensionID, other.Digest, b.ExtensionID, b.Digest)
 			}

@@ -303,3 +303,36 @@ func TestLoadVanished(t *testing.T) {
 		t.Fatalf("a record with two links: %v, want link-unsafe", err)
 	}
 }
+
+// [BND-4] Three bindings enabling one adapter (x) refuse every reader, and
+// the operator can still undo the conflict with fm: the retirement of any one
+// of the three reads the registry, though the other two still conflict on x.
+// A conflict on an adapter the retiring binding does not enable (y) still
+// refuses it, and so does a malformed record beside the conflict.
+func TestLoadForRetireThreeWayConflict(t *testing.T) {
+	h := testHome(t)
+	for _, id := range []string{"org.example.a", "org.example.b", "org.example.c"} {
+		publish(t, h, id, "x")
+	}
+	if _, err := Load(h); errcode.Of(err) != errcode.AdapterConflict {
+		t.Fatalf("Load: %v, want adapter-conflict", err)
+	}
+	for _, id := range []string{"org.example.a", "org.example.b", "org.example.c"} {
+		if bs, err := LoadForRetire(h, id); err != nil || len(bs) != 3 {
+			t.Fatalf("LoadForRetire(%s) of one of three conflicting bindings: %v (%d bindings)", id, err, len(bs))
+		}
+	}
+	publish(t, h, "org.example.d", "y")
+	publish(t, h, "org.example.e", "y")
+	if _, err := LoadForRetire(h, "org.example.a"); errcode.Of(err) != errcode.AdapterConflict || !strings.Contains(err.Error(), `adapter "y"`) {
+		t.Fatalf("a conflict on an adapter a does not enable must still refuse: %v", err)
+	}
+	if _, err := LoadForRetire(h, "org.example.d"); errcode.Of(err) != errcode.AdapterConflict || !strings.Contains(err.Error(), `adapter "x"`) {
+		t.Fatalf("a conflict on an adapter d does not enable must still refuse: %v", err)
+	}
+	os.Remove(filepath.Join(h.Bindings(), "org.example.e.json"))
+	os.WriteFile(filepath.Join(h.Bindings(), "org.example.f.json"), []byte("{broken"), 0o600)
+	if _, err := LoadForRetire(h, "org.example.a"); errcode.Of(err) != errcode.JSONInvalid {
+		t.Fatalf("a malformed record beside the conflict must still refuse: %v", err)
+	}
+}

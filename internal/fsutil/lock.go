@@ -28,7 +28,12 @@ import (
 //   - The file is opened relative to the directory descriptor with
 //     O_NOFOLLOW|O_CLOEXEC (a package process never inherits it), created
 //     when absent with mode exactly 0600 (the directory is then fsynced), and
-//     must be a regular file owned by the effective uid with mode 0600.
+//     must be a regular file owned by the effective uid with mode 0600. A
+//     lock file that holds no data (every lock but the wake queue, which
+//     sets LockOptions.Data) holds its tag instead: "fm-lock <dev>:<ino>
+//     <name>\n", naming the directory by device and inode and the file by
+//     its name there, written when fm creates it (or, for an empty lock
+//     file of an earlier fm, when fm next holds it).
 //   - The flock is tried without blocking (LOCK_NB) with a back-off up to
 //     lockPollMax, so every wait ends when its context does; a Try lock
 //     returns ErrLocked when another holds it for longer than tryFor. The kernel
@@ -47,7 +52,13 @@ import (
 //     looks, through /proc/<pid>/fd, for a locked descriptor that names
 //     "<dir>/<name> (deleted)": such an orphaned holder counts as holding
 //     the lock, and the contender drops its own and waits (or, with Try,
-//     returns ErrLocked). Only holders of the same effective uid can be seen
+//     returns ErrLocked). A holder keeps its lock, too, when someone moves
+//     the file to another name (mv serve.lock serve.lock.old): its
+//     descriptor then names the new path, so a locked descriptor of a
+//     regular file that holds this lock's tag counts as a holder as well,
+//     wherever the file now is. A moved wake queue has no tag; its wakes
+//     moved with it, and its holder's append with them.
+//     Only holders of the same effective uid can be seen
 //     this way, and every lock file is owned by that uid; the holder must be
 //     the process that took the lock, which for fm's close-on-exec
 //     descriptors it always is. A directory moved away with its lock file
@@ -76,6 +87,9 @@ type LockOptions struct {
 	Try bool
 	// What names the file in errors ("lifecycle lock", "wake queue").
 	What string
+	// Data says that the lock file holds data (the wake queue): fm never
+	// writes a tag into it (see the rule above).
+	Data bool
 }
 
 // ErrLocked is returned by a Try lock that another process holds.
@@ -106,9 +120,13 @@ const (
 // returns ErrLocked once the lock has stayed held for tryFor.
 func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locked, error) {
 	path := filepath.Join(dir.Name(), name)
+	t, err := tag(dir, name)
+	if err != nil {
+		return nil, err
+	}
 	swaps, start := 0, time.Now()
 	for delay := time.Millisecond; ; {
-		f, err := openLock(dir, name, path, o.What)
+		f, err := openLock(dir, name, path, t, o)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +143,10 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 			if err == nil {
 				var orphan bool
 				var at string
-				if orphan, at, err = orphanedOf(dir, name, f); err == nil && !orphan {
+				if orphan, at, err = orphanedOf(dir, name, f, t); err == nil && !orphan && !o.Data {
+					err = tagOnce(f, t)
+				}
+				if err == nil && !orphan {
 					l := &Locked{f: f, path: at}
 					own.Lock()
 					if own.held == nil {
@@ -203,7 +224,11 @@ func Held(dir *os.File, name string, o LockOptions) (bool, error) {
 			}
 		}
 	}
-	orphan, _, err := orphanedOf(dir, name, nil)
+	t, err := tag(dir, name)
+	if err != nil {
+		return false, err
+	}
+	orphan, _, err := orphanedOf(dir, name, nil, t)
 	return orphan, err
 }
 
@@ -265,14 +290,16 @@ func what(o LockOptions) string {
 // it: a regular file owned by the effective uid with mode 0600. O_NONBLOCK
 // keeps a FIFO planted at the name from blocking the open; the check refuses
 // it.
-func openLock(dir *os.File, name, path, noun string) (*os.File, error) {
+func openLock(dir *os.File, name, path string, t []byte, o LockOptions) (*os.File, error) {
 	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	o := LockOptions{What: noun}
 	for {
 		fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err == nil {
 			// New: make the mode exact whatever the umask, and the name durable.
-			if err = unix.Fchmod(fd, 0o600); err == nil {
+			if err = unix.Fchmod(fd, 0o600); err == nil && !o.Data {
+				_, err = unix.Write(fd, t)
+			}
+			if err == nil {
 				err = unix.Fsync(int(dir.Fd()))
 			}
 			if err != nil {
@@ -358,7 +385,7 @@ func sameFile(dir *os.File, name string, f *os.File) (bool, error) {
 // overlay file system /proc/locks and stat(2) may disagree on it, and the
 // name already places the file. A system without /proc/locks has no orphans
 // to find.
-func orphanedOf(dir *os.File, name string, f *os.File) (orphan bool, at string, err error) {
+func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan bool, at string, err error) {
 	dirPath, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
 	if err != nil {
 		return false, "", errcode.Wrap(errcode.Internal, err, "resolve directory %q", dir.Name())
@@ -397,6 +424,20 @@ func orphanedOf(dir *os.File, name string, f *os.File) (orphan bool, at string, 
 		inos[l.pid][l.ino] = true
 	}
 	want := at + " (deleted)"
+	var now unix.Stat_t // the file now at the name, which is not an orphan
+	if unix.Fstatat(int(dir.Fd()), name, &now, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		now.Ino = 0
+	}
+	// moved reports whether the descriptor fd, a locked file st, is a lock
+	// file of this name moved elsewhere: a regular file other than the one
+	// at the name that holds the tag.
+	moved := func(fd string, st *unix.Stat_t) bool {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(wantTag)) || (st.Dev == now.Dev && st.Ino == now.Ino) {
+			return false
+		}
+		got, err := readTag(fd, len(wantTag))
+		return err == nil && bytes.Equal(got, wantTag)
+	}
 	for pid, locked := range inos {
 		fds, err := os.ReadDir("/proc/" + pid + "/fd")
 		if err != nil {
@@ -404,11 +445,11 @@ func orphanedOf(dir *os.File, name string, f *os.File) (orphan bool, at string, 
 		}
 		for _, e := range fds {
 			fd := "/proc/" + pid + "/fd/" + e.Name()
-			if t, err := os.Readlink(fd); err != nil || t != want {
+			var st unix.Stat_t
+			if unix.Stat(fd, &st) != nil || !locked[st.Ino] {
 				continue
 			}
-			var st unix.Stat_t
-			if unix.Stat(fd, &st) == nil && locked[st.Ino] {
+			if t, err := os.Readlink(fd); err == nil && t == want || moved(fd, &st) {
 				return true, at, nil
 			}
 		}
@@ -455,4 +496,49 @@ func readFlocks() ([]flockEntry, bool) {
 // devString prints a device number as /proc/locks does.
 func devString(dev uint64) string {
 	return fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
+}
+
+// tag is the content of the lock file name of dir (see the rule above).
+func tag(dir *os.File, name string) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "stat directory %q", dir.Name())
+	}
+	return fmt.Appendf(nil, "fm-lock %d:%d %s\n", st.Dev, st.Ino, name), nil
+}
+
+// tagOnce writes the tag t into the held lock file f when it is empty (a
+// lock file of an earlier fm).
+func tagOnce(f *os.File, t []byte) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "stat %q", f.Name())
+	}
+	if st.Size != 0 {
+		return nil
+	}
+	if _, err := f.Write(t); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "tag lock file %q", f.Name())
+	}
+	return nil
+}
+
+// readTag reads up to n bytes of the file the descriptor path fd (of
+// /proc/<pid>/fd) names, without blocking (O_NONBLOCK: the descriptor may
+// have been reused for a FIFO since it was looked at).
+func readTag(fd string, n int) ([]byte, error) {
+	f, err := os.OpenFile(fd, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	buf := make([]byte, n+1)
+	m, err := f.ReadAt(buf, 0)
+	if err != nil && m != n {
+		return nil, err
+	}
+	return buf[:m], nil
 }

@@ -258,3 +258,50 @@ func BenchmarkLock(b *testing.B) {
 		l.Release()
 	}
 }
+
+// [LIFE-1] [RUN-2] [RUN-4] A lock file moved to another name while held
+// (mv serve.lock serve.lock.old, in its directory or out of it) never lets a
+// second holder in: a Try finds the lock held and Held sees the holder, for a
+// holder in another process and for one in this process, and once the holder
+// is gone the lock is free. An empty lock file of an earlier fm gets its tag
+// when it is next held, so that it too is found once moved.
+func TestLockHoldsWhenFileMoved(t *testing.T) {
+	for _, c := range []struct{ name, to string }{{"in its directory", "l.old"}, {"out of it", "sub/l"}, {"empty, earlier fm", "l.old"}} {
+		for _, here := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, holder in this process %v", c.name, here), func(t *testing.T) {
+				dir, d := openDir(t)
+				os.Mkdir(filepath.Join(dir, "sub"), 0o700)
+				if c.name == "empty, earlier fm" {
+					os.WriteFile(filepath.Join(dir, "l"), nil, 0o600)
+				}
+				var release func()
+				if here {
+					l, err := Lock(context.Background(), d, "l", LockOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					release = l.Release
+				} else {
+					holder := holdLock(t, dir)
+					release = func() { holder.Process.Kill(); holder.Wait() }
+				}
+				if err := os.Rename(filepath.Join(dir, "l"), filepath.Join(dir, c.to)); err != nil {
+					t.Fatal(err)
+				}
+				if l, err := Lock(context.Background(), d, "l", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
+					l.Release()
+					t.Fatalf("Try beside a live holder of the moved lock file: %v", err)
+				}
+				if held, err := Held(d, "l", LockOptions{}); !held || err != nil {
+					t.Fatalf("Held beside a live holder of the moved lock file: %v %v", held, err)
+				}
+				release()
+				l, err := Lock(context.Background(), d, "l", LockOptions{Try: true})
+				if err != nil {
+					t.Fatalf("after the holder was gone: %v", err)
+				}
+				l.Release()
+			})
+		}
+	}
+}

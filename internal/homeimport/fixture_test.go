@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -321,6 +322,9 @@ func (f *fixture) refused(code string, args ...string) string {
 // packages included): type, mode and content (a link's target). Lock files
 // fm creates empty and the run directory's name are normalized, and so is
 // the random token fm gives an imported built-in registration.
+// lockTag matches the directory part of a lock file's tag (fsutil.Lock).
+var lockTag = regexp.MustCompile(`^fm-lock [0-9]+:[0-9]+ `)
+
 func (f *fixture) snapshot() map[string]string {
 	f.t.Helper()
 	out := map[string]string{}
@@ -350,6 +354,9 @@ func (f *fixture) snapshot() map[string]string {
 			if rel == "home/state/procevent/web.source" {
 				data = bytes.Split(data, []byte(`"owner_token"`))[0]
 			}
+			// A lock file's tag names its directory by inode, which a
+			// re-run may have made anew.
+			data = lockTag.ReplaceAll(data, []byte("fm-lock <dir> "))
 			v += " " + string(data)
 		}
 		out[rel] = v

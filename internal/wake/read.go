@@ -276,14 +276,16 @@ func Watch(ctx context.Context, stateDir string, after int64, emit func(Wake) er
 			}
 			// A fresh read skips what was emitted before; a continued
 			// one emits every new line, so a line with a high queue-seq
-			// never hides the lines after it.
+			// never hides the lines after it; a lower one read on (a
+			// hand edit) is emitted but never lowers the floor, so a
+			// later fresh read emits nothing twice.
 			fresh, floor := offset == 0, after
 			next, _, err := scan(f, offset, func(w Wake, line []byte, end int64) error {
 				tail, tailEnd = append(tail[:0], line...), end
 				if fresh && w.Seq <= floor {
 					return nil
 				}
-				after = w.Seq
+				after = max(after, w.Seq)
 				return emit(w)
 			})
 			offset = next

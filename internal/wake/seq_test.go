@@ -356,3 +356,36 @@ func TestMarkRefusals(t *testing.T) {
 		t.Fatalf("the planted link's target was written: %q", data)
 	}
 }
+
+// [WAKE-2] A line with a lower queue-seq appended by hand behind a running
+// watcher is emitted (a continued read never hides a line), but it never
+// lowers the watcher's floor: once the queue is compacted (replaced), the
+// watcher re-reads it from the start past the highest queue-seq it had,
+// and emits no wake a second time nor one it was told to skip (--after 3).
+func TestWatchFloorNeverDrops(t *testing.T) {
+	dir, state := stateDir(t)
+	queue := filepath.Join(dir, FileName)
+	appendN(t, state, 3)
+	got := watch(t, dir, 3, func() {
+		q, err := os.OpenFile(queue, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(q, "%d\t2\tcheck\thand\tp\n", time.Now().Unix())
+		q.Close()
+		time.Sleep(3 * PollInterval)
+		if _, err := Compact(context.Background(), state, 100, func(string) bool { return false }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Append(context.Background(), state, "check", "new", "p"); err != nil {
+			t.Fatal(err)
+		}
+	}, 2)
+	var seqs []int64
+	for _, w := range got {
+		seqs = append(seqs, w.Seq)
+	}
+	if !slices.Equal(seqs, []int64{2, 4}) {
+		t.Fatalf("Watch --after 3 emitted %v, want [2 4]", seqs)
+	}
+}

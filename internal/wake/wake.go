@@ -192,7 +192,7 @@ func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locke
 			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", filepath.Join(state.Name(), FileName))
 		}
 	}
-	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue"})
+	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue", Data: true})
 	if path := filepath.Join(state.Name(), FileName); errcode.Is(err, errcode.ModeUnsafe) && earlier(path) {
 		return nil, needsImport(path)
 	}
