@@ -13,13 +13,13 @@ import (
 
 // Signals and a closed stdout ([GRP-2], [RUN-2]).
 //
-// fm stops the same way on SIGTERM, SIGINT and SIGHUP (a closed terminal or
-// ssh session): the verb's context is cancelled, every running invocation's
-// exact process group is stopped and proved gone by the launch supervision,
-// and only then does fm exit. A hangup that killed fm outright would leave
+// fm stops the same way on SIGTERM, SIGINT, SIGHUP (a closed terminal or
+// ssh session) and SIGQUIT (Ctrl-\): the verb's context is cancelled, every
+// running invocation's exact process group is stopped and proved gone by the
+// launch supervision, and only then does fm exit. A hangup that killed fm outright would leave
 // its long polls running unsupervised and their owner records behind. A
-// SIGHUP that was ignored when fm started (nohup) stays ignored: that
-// operator asked fm to outlive the terminal.
+// SIGHUP (or SIGQUIT) that was ignored when fm started (nohup) stays
+// ignored: that operator asked fm to outlive the terminal.
 //
 // A write to a closed pipe on fd 1 or 2 raises SIGPIPE, which kills a Go
 // program outright. fm asks for SIGPIPE instead (signal.Notify, not
@@ -37,12 +37,16 @@ import (
 // went away.
 var errStdoutClosed = errors.New("stdout was closed")
 
-// stopSignals are the signals that stop fm cleanly: TERM, INT, and HUP
-// unless it is ignored (signal.Notify would stop ignoring it).
+// stopSignals are the signals that stop fm cleanly: TERM, INT, and HUP and
+// QUIT unless they are ignored (signal.Notify would stop ignoring them).
+// QUIT (Ctrl-\ on a terminal) would otherwise make the Go runtime exit at
+// once with a stack dump, leaving the running groups unsupervised.
 func stopSignals() []os.Signal {
 	sigs := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
-	if !signal.Ignored(syscall.SIGHUP) {
-		sigs = append(sigs, syscall.SIGHUP)
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
+		if !signal.Ignored(sig) {
+			sigs = append(sigs, sig)
+		}
 	}
 	return sigs
 }

@@ -309,9 +309,13 @@ func Revalidate(rec *binding.Record) error {
 type verified struct {
 	stamp string
 	entry *os.File
+	root  *os.File // the package root that scan walked: every launch's working directory
 }
 
-func (v *verified) close() { v.entry.Close() }
+func (v *verified) close() {
+	v.entry.Close()
+	v.root.Close()
+}
 
 // verify scans rec's installed tree and checks it against rec, keeping the
 // entrypoint open.
@@ -323,7 +327,7 @@ func verify(rec *binding.Record) (*verified, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &verified{stamp: tree.Stamp, entry: tree.Kept}
+	v := &verified{stamp: tree.Stamp, entry: tree.Kept, root: tree.Root}
 	if err := matches(rec, tree); err != nil {
 		v.close()
 		return nil, err
@@ -579,6 +583,7 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 		Exec:        v.entry,
 		Verb:        verb,
 		Dir:         rec.PackageRoot,
+		DirFile:     v.root,
 		Env:         env,
 		Stdin:       stdin,
 		StdoutLimit: protocol.MaxEnvelope,

@@ -84,7 +84,7 @@ func init() { MaybeBarrier() }
 //
 // Before any execve the barrier clears what the caller of fm could pass on
 // (see clean): every descriptor but 0, 1 and 2 (and a script's own, see
-// scriptFd) is closed on exec, every signal is reset to its default action
+// scriptFd) is closed on exec, the controlling terminal is given up, every signal is reset to its default action
 // and unblocked, and the umask is EntrypointUmask [INV-2], [INV-3].
 func MaybeBarrier() {
 	if len(os.Args) < 2 || (os.Args[1] != BarrierArg && os.Args[1] != barrierArgvArg && os.Args[1] != barrierFdArg) {
@@ -181,14 +181,15 @@ func isScript(fd int) (bool, error) {
 	return n == 2 && b[0] == '#' && b[1] == '!', nil
 }
 
-// clean makes every descriptor from first on close-on-exec, resets every
-// signal to its default action, unblocks every signal of the calling thread
-// and sets the umask, so the program the barrier executes inherits nothing of
-// them from fm's caller.
+// clean makes every descriptor from first on close-on-exec, gives up the
+// controlling terminal, resets every signal to its default action, unblocks
+// every signal of the calling thread and sets the umask, so the program the
+// barrier executes inherits nothing of them from fm's caller.
 func clean(first int) error {
 	if err := cloexecFrom(first); err != nil {
 		return err
 	}
+	detachTerminal()
 	dfl := kernelSigaction{} // handler SIG_DFL, no flags, empty mask
 	for sig := 1; sig <= 64; sig++ {
 		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
@@ -203,6 +204,24 @@ func clean(first int) error {
 	}
 	unix.Umask(EntrypointUmask)
 	return nil
+}
+
+// detachTerminal gives up, for this process only, the controlling terminal
+// of fm's session (an operator's terminal): TIOCNOTTY by a process that does
+// not lead its session clears its own terminal and nothing else, keeping its
+// session and process group ([GRP-3] records them). Not leading a session,
+// neither it nor any descendant can acquire a terminal again, so the package
+// cannot open /dev/tty to write to the operator's terminal past fm's
+// escaping, push input into the operator's shell (TIOCSTI) or be stopped
+// reading it. Without a controlling terminal (ENXIO) there is nothing to give
+// up.
+func detachTerminal() {
+	fd, err := unix.Open("/dev/tty", unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_ = unix.IoctlSetInt(fd, unix.TIOCNOTTY, 0)
+	unix.Close(fd)
 }
 
 // kernelSigaction has the size of the kernel's struct sigaction on 64-bit

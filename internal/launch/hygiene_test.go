@@ -359,3 +359,37 @@ func TestRecordSessionValidated(t *testing.T) {
 		}
 	}
 }
+
+// [GRP-3] a forged record naming the process group of the very process that
+// runs the cleanup (a leader in its session, recorded with its true session)
+// signals nothing: fm never records its own group, and stopping it would stop
+// the cleanup itself (and the operator's script that ran it).
+func TestCleanupSparesItsOwnGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cmd := exec.Command(exe())
+	cmd.Env = []string{envMode + "=cleaner", envReport + "=" + f.reports, envRecords + "=" + f.records, noRaceExitSleep}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cleaner := f.reported(t, "cleaner")
+	self, err := readStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := fabricateSession(t, f.records, Record{Host: deadIdentity(t), Leader: &cleaner}, &self.sid)
+	if err := os.WriteFile(filepath.Join(f.reports, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the cleanup signalled its own group: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.reports, "result")); string(b) != string(errcode.ProcessCleanupFailed) {
+		t.Errorf("Cleanup: %q, want %s", b, errcode.ProcessCleanupFailed)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("record removed: %v", err)
+	}
+}

@@ -103,6 +103,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -133,6 +134,13 @@ type Spec struct {
 	Verb string
 	// Dir is the working directory (the package root).
 	Dir string
+	// DirFile, when not nil, is Dir already open: the directory the host
+	// verified. The barrier starts in exactly that directory, entered
+	// through its descriptor, so a rename of Dir or of a directory above it
+	// between the verification and the start cannot give the package
+	// another tree to read relative paths from [INV-1]. Run does not close
+	// it.
+	DirFile *os.File
 	// Env is the entrypoint's exact environment. Nothing of the host's
 	// environment is added; a nil Env is an empty environment.
 	Env   []string
@@ -507,12 +515,19 @@ func start(s Spec) (*invocation, error) {
 	if s.Exec != nil {
 		files = append(files, s.Exec.Fd()) // execFd
 	}
+	dir := s.Dir
+	if s.DirFile != nil {
+		// The child changes directory after the fork and before its
+		// descriptors are rearranged, through its own copy of this
+		// descriptor: the kernel's link to the open directory, not a name.
+		dir = "/proc/self/fd/" + strconv.Itoa(int(s.DirFile.Fd()))
+	}
 	pidfd := -1
 	// Under forkMu (for writing) until the new leader is in leaders, so
 	// onlyLeaderChildren never sees it as a stranger.
 	forkMu.Lock()
 	pid, err := syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
-		Dir:   s.Dir,
+		Dir:   dir,
 		Env:   s.Env,
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},

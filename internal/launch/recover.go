@@ -44,7 +44,8 @@ import (
 //	leader pid runs with the recorded      -> kept, nothing signalled: fm makes
 //	start time but leads a session, is        every group inside its own session
 //	in another session, or the record         and never a session leader, so this
-//	names no session                          is not a group fm made [GRP-3].
+//	names no session, or it is the            is not a group fm made [GRP-3].
+//	caller's own process group
 //	leader pid runs with another start     -> kept, nothing signalled (pid reused:
 //	time                                      uncertain).
 //	leader pid gone, kill(-pgid, 0) fails  -> cleared: no process has that pgid.
@@ -176,6 +177,10 @@ func resolve(r Record) (reason string, err error) {
 		return fmt.Sprintf("leader %d leads its own session; fm never makes one, so nothing was signalled", leader.PID), nil
 	case st.sid != *r.SessionID:
 		return fmt.Sprintf("leader %d is in session %d, not the recorded %d; nothing signalled", leader.PID, st.sid, *r.SessionID), nil
+	case leader.PID == unix.Getpgrp():
+		// fm's groups are new ones, never the group of an fm process:
+		// stopping it would stop this cleanup and whatever ran it.
+		return fmt.Sprintf("process group %d is this cleanup's own; fm never records it, so nothing was signalled", leader.PID), nil
 	}
 	g := group{pgid: leader.PID, pidfd: pidfd}
 	ok, err := g.stopForeign()

@@ -116,6 +116,11 @@ type Tree struct {
 	// close-on-exec, the descriptor whose bytes the scan hashed. The caller
 	// closes it.
 	Kept *os.File
+	// Root is, with Options.Keep, the open root directory the scan walked
+	// (close-on-exec): the very directory whose entries it validated, what
+	// a package must run in whatever a name above it is renamed to
+	// meanwhile [INV-1]. The caller closes it.
+	Root *os.File
 }
 
 // Policy selects the rules Scan applies on top of [PKG-3] and [PKG-4].
@@ -152,7 +157,11 @@ func ScanWith(root string, p Policy, opts Options) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer w.close()
+	defer func() {
+		if w.fd >= 0 {
+			w.close()
+		}
+	}()
 	if err := w.walk(); err != nil {
 		return nil, err
 	}
@@ -182,6 +191,8 @@ func ScanWith(root string, p Policy, opts Options) (*Tree, error) {
 	t := &Tree{Entries: w.entries, Bytes: w.bytes, Digest: digest(w.entries), Stamp: w.stamp()}
 	if kept >= 0 {
 		t.Kept = os.NewFile(uintptr(kept), filepath.Join(w.root, filepath.FromSlash(opts.Keep)))
+		t.Root = os.NewFile(uintptr(w.fd), w.root)
+		w.fd = -1 // now the caller's
 	}
 	return t, nil
 }

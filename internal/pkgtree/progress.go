@@ -24,6 +24,8 @@ type Options struct {
 	// descriptor ScanWith keeps open in Tree.Kept: the very open file whose
 	// bytes it hashed, so a caller can use exactly the inode that was
 	// validated (the host executes the entrypoint through it, [INV-1]).
+	// With Keep the scan also keeps its open root directory in
+	// Tree.Root.
 	Keep string
 }
 
