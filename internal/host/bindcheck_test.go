@@ -12,7 +12,6 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
-	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/testpkg"
 )
@@ -25,19 +24,8 @@ import (
 // name) is touched. Run as root and as uid 65534, where the package owns the
 // copy and can chmod it.
 func TestBindRemovesCopyDamagedByHandshake(t *testing.T) {
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testpkg.Unlock(dir) })
-	hd := filepath.Join(dir, "home")
-	os.Mkdir(hd, 0o700)
-	h := &home.Home{Root: dir, Dir: hd, State: filepath.Join(hd, "state")}
-	pkg := filepath.Join(dir, "pkg")
-	if err := testpkg.Make(pkg, "org.example.fake", `["fake"]`, `[]`); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "outside")
+	h, pkg := testpkg.Home(t)
+	out := filepath.Join(h.Root, "outside")
 	if err := os.MkdirAll(filepath.Join(out, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +65,7 @@ func TestBindRemovesCopyDamagedByHandshake(t *testing.T) {
 		if bs, err := binding.Load(h); err != nil || len(bs) != 0 {
 			t.Fatalf("%s: bindings %v, %v; want none published", a.name, bs, err)
 		}
-		versions := filepath.Join(hd, "data", "extensions", "packages", "org.example.fake", "1.0.0")
+		versions := filepath.Join(h.Dir, "data", "extensions", "packages", "org.example.fake", "1.0.0")
 		names, _ := os.ReadDir(versions)
 		for _, n := range names {
 			if !strings.HasSuffix(n.Name(), ".old") {

@@ -33,18 +33,7 @@ type fixture struct {
 
 func bound(t *testing.T, timeoutMS int64, consents ...string) *fixture {
 	t.Helper()
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testpkg.Unlock(dir) })
-	hd := filepath.Join(dir, "home")
-	os.Mkdir(hd, 0o700)
-	h := &home.Home{Root: dir, Dir: hd, State: filepath.Join(hd, "state")}
-	pkg := filepath.Join(dir, "pkg")
-	if err := testpkg.Make(pkg, "org.example.fake", `["fake"]`, `[]`); err != nil {
-		t.Fatal(err)
-	}
+	h, pkg := testpkg.Home(t)
 	b, err := host.Bind(context.Background(), h, host.BindOptions{Dir: pkg, Adapters: []string{"fake"}, Trust: true, Consents: consents, TimeoutMS: timeoutMS})
 	if err != nil {
 		t.Fatal(err)

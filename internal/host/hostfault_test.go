@@ -2,13 +2,10 @@ package host
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"firstmate.dev/fm/internal/errcode"
-	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/testpkg"
 )
 
@@ -17,18 +14,7 @@ import (
 // neither calls the package tampered with nor claims the binding stays
 // refused, and the very same tree verifies once descriptors are back.
 func TestRecheckOutOfFilesIsNotTamper(t *testing.T) {
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testpkg.Unlock(dir) })
-	hd := filepath.Join(dir, "home")
-	os.Mkdir(hd, 0o700)
-	h := &home.Home{Root: dir, Dir: hd, State: filepath.Join(hd, "state")}
-	pkg := filepath.Join(dir, "pkg")
-	if err := testpkg.Make(pkg, "org.example.fake", `["fake"]`, `[]`); err != nil {
-		t.Fatal(err)
-	}
+	h, pkg := testpkg.Home(t)
 	b, err := Bind(context.Background(), h, BindOptions{Dir: pkg, Adapters: []string{"fake"}, Trust: true, TimeoutMS: 20000})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
+
+	"firstmate.dev/fm/internal/home"
 )
 
 //go:embed fake-entrypoint.sh
@@ -56,4 +59,26 @@ func Unlock(dir string) {
 		}
 		return nil
 	})
+}
+
+// Home makes a throwaway home for a test: a canonical temp directory dir
+// (symlinks resolved, so the home's paths are canonical as fm requires)
+// holding home/ (0700) and a fake package at dir/pkg enabling adapter
+// "fake" (Make). The sealed store is made removable again at cleanup.
+func Home(t testing.TB) (h *home.Home, pkg string) {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Unlock(dir) })
+	hd := filepath.Join(dir, "home")
+	if err := os.Mkdir(hd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pkg = filepath.Join(dir, "pkg")
+	if err := Make(pkg, "org.example.fake", `["fake"]`, `[]`); err != nil {
+		t.Fatal(err)
+	}
+	return &home.Home{Root: dir, Dir: hd, State: filepath.Join(hd, "state")}, pkg
 }
