@@ -318,6 +318,19 @@ func (f *fixture) refused(code string, args ...string) string {
 	return errs
 }
 
+// importRefused runs fm home import, which must refuse with code in one
+// error line naming path, and change nothing at all.
+func (f *fixture) importRefused(code, path string) {
+	f.t.Helper()
+	before := f.snapshot()
+	if e := f.refused(code, "home", "import"); !strings.Contains(e, path) {
+		f.t.Fatalf("the refusal does not name %s: %s", path, e)
+	}
+	if d := diff(before, f.snapshot()); d != "" {
+		f.t.Fatalf("a refused import changed the home:\n%s", d)
+	}
+}
+
 // snapshot is every entry below the fixture's base (the claim root and
 // packages included): type, mode and content (a link's target). Lock files
 // fm creates empty and the run directory's name are normalized, and so is

@@ -305,13 +305,7 @@ func TestImportRefusesUnsafe(t *testing.T) {
 		p := filepath.Join(f.h.Inbox(), "web.2.adapter")
 		f.must(os.Remove(p))
 		f.must(os.Symlink(filepath.Join(f.h.Inbox(), "web.1.adapter"), p))
-		before := f.snapshot()
-		if e := f.refused("link-unsafe", "home", "import"); !strings.Contains(e, p) {
-			t.Fatal(e)
-		}
-		if d := diff(before, f.snapshot()); d != "" {
-			t.Fatalf("changed:\n%s", d)
-		}
+		f.importRefused("link-unsafe", p)
 	})
 	t.Run("transfer", func(t *testing.T) {
 		f := newFixture(t)
@@ -319,13 +313,7 @@ func TestImportRefusesUnsafe(t *testing.T) {
 		data, err := os.ReadFile(p)
 		f.must(err)
 		f.write(p, append(data, ' '), 0o644)
-		before := f.snapshot()
-		if e := f.refused("integrity-mismatch", "home", "import"); !strings.Contains(e, f.unit()) {
-			t.Fatal(e)
-		}
-		if d := diff(before, f.snapshot()); d != "" {
-			t.Fatalf("changed:\n%s", d)
-		}
+		f.importRefused("integrity-mismatch", f.unit())
 	})
 	for _, c := range []struct {
 		name, code string
@@ -351,13 +339,7 @@ func TestImportRefusesUnsafe(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t)
 			p := c.plant(f)
-			before := f.snapshot()
-			if e := f.refused(c.code, "home", "import"); !strings.Contains(e, p) {
-				t.Fatal(e)
-			}
-			if d := diff(before, f.snapshot()); d != "" {
-				t.Fatalf("changed:\n%s", d)
-			}
+			f.importRefused(c.code, p)
 		})
 	}
 	t.Run("owner", func(t *testing.T) {
@@ -367,13 +349,7 @@ func TestImportRefusesUnsafe(t *testing.T) {
 		f := newFixture(t)
 		p := filepath.Join(f.h.Inbox(), "mail.3.result")
 		f.must(os.Lchown(p, 65534, 65534))
-		before := f.snapshot()
-		if e := f.refused("owner-mismatch", "home", "import"); !strings.Contains(e, p) {
-			t.Fatal(e)
-		}
-		if d := diff(before, f.snapshot()); d != "" {
-			t.Fatalf("changed:\n%s", d)
-		}
+		f.importRefused("owner-mismatch", p)
 	})
 }
 
@@ -447,13 +423,7 @@ func TestImportHostile(t *testing.T) {
 		f := newFixture(t)
 		p := filepath.Join(f.h.Registrations(), "web.runner")
 		f.write(p, []byte("not a pid\n"), 0o600)
-		before := f.snapshot()
-		if e := f.refused("home-busy", "home", "import"); !strings.Contains(e, p) {
-			t.Fatal(e)
-		}
-		if d := diff(before, f.snapshot()); d != "" {
-			t.Fatalf("changed:\n%s", d)
-		}
+		f.importRefused("home-busy", p)
 	})
 	t.Run("two-at-once", func(t *testing.T) {
 		f := newFixture(t)
