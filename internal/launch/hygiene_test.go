@@ -332,19 +332,21 @@ func fabricateSession(t *testing.T, records string, rec Record, sid *int) string
 	return path
 }
 
-// [GRP-1] [GRP-3]: a record of a group in phase group must name a positive
-// session; reserved records name none.
+// [GRP-1] [GRP-3]: a record of a group in phase group names a session of 0 or
+// more (0 when the session leader lives outside this PID namespace, as in a
+// container); reserved records name none.
 func TestRecordSessionValidated(t *testing.T) {
 	t.Parallel()
 	dead := deadIdentity(t)
-	zero := 0
+	zero, negative := 0, -1
 	for _, tc := range []struct {
 		rec  Record
 		want bool
 	}{
 		{Record{Phase: PhaseReserved, Host: dead, SessionID: &zero}, false},
 		{Record{Phase: PhaseReserved, Host: dead, SessionID: new(int)}, false},
-		{Record{Phase: PhaseGroup, Host: dead, Leader: &dead, SessionID: &zero}, false},
+		{Record{Phase: PhaseGroup, Host: dead, Leader: &dead, SessionID: &zero}, true},
+		{Record{Phase: PhaseGroup, Host: dead, Leader: &dead, SessionID: &negative}, false},
 		{Record{Phase: PhaseGroup, Host: dead, Leader: &dead}, true}, // uncertain, but readable
 	} {
 		r := tc.rec
@@ -391,5 +393,36 @@ func TestCleanupSparesItsOwnGroup(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("record removed: %v", err)
+	}
+}
+
+// [GRP-1] [GRP-3]: inside a container, the session that fm inherits is often
+// led by a process outside fm's PID namespace, and /proc names it session 0.
+// The group records, the recovery and the cleanup must work there exactly as
+// on a host: this re-runs the record, crash and cleanup tests in a new PID
+// namespace (root only, the namespace needs CAP_SYS_ADMIN).
+func TestSessionOutsidePIDNamespace(t *testing.T) {
+	if os.Getenv("FM_TEST_IN_PIDNS") != "" {
+		t.Skip("already inside the namespace")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a new PID namespace needs root")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare(1) not installed")
+	}
+	// sh stays PID 1 of the namespace, so the tests run as an ordinary pid
+	// whose session (sh's parent's) is outside the namespace.
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "sh", "-c",
+		`grep -q '^[0-9]* ([^)]*) . [0-9]* [0-9]* 0 ' /proc/self/stat || { echo "session is not 0 here"; exit 3; }; "$0" -test.count=1 -test.run '^(TestHostSIGTERM|TestHostSIGKILLThenCleanup|TestCrashInjection|TestCleanupSparesItsOwnGroup|TestRecordPublishedBeforePackageCode)$'; exit $?`,
+		os.Args[0])
+	cmd.Env = append(os.Environ(), "FM_TEST_IN_PIDNS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tests in a new PID namespace: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "PASS") {
+		t.Fatalf("tests in a new PID namespace did not pass:\n%s", out)
 	}
 }

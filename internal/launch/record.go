@@ -292,7 +292,10 @@ func (r *Record) validate(what string) error {
 		if r.GroupPID == nil || r.Leader == nil || *r.GroupPID != r.Leader.PID || r.Leader.PID <= 1 || !validIdentity(*r.Leader) {
 			return bad("group_pid/leader")
 		}
-		if r.SessionID != nil && *r.SessionID <= 0 {
+		// 0 is a real session id: /proc reports it when the session
+		// leader lives outside this PID namespace (a container whose
+		// runtime made the session), so only a negative one is invalid.
+		if r.SessionID != nil && *r.SessionID < 0 {
 			return bad("session_id")
 		}
 	default:
