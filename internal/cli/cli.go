@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
 	"firstmate.dev/fm/internal/errcode"
@@ -71,22 +70,54 @@ func (e *Env) homeFor(args []string, min, max int, what string) (*home.Home, err
 	return e.Home()
 }
 
-// Verb is one command of a group.
+// Verb is one command of a group. The verbs are registered in one table,
+// commands (verbs.go); each is one named function in the file of its group.
 type Verb struct {
 	Name    string
 	Args    string // the synopsis after "fm <group> <verb>"
 	Summary string
 	// Stream verbs write straight to stdout (watchers, followers).
 	Stream bool
-	// Flags declares the verb's flags on fs; Run then receives the
-	// positional arguments (flags may be interspersed with them; `--` ends
-	// flag parsing and everything after it is positional).
-	Flags func(fs *flag.FlagSet)
-	Run   func(e *Env, args []string) error
+	// Setup declares the verb's flags on fs, a flag set made for this one
+	// run, and returns the function that runs the verb with those flags'
+	// values and the positional arguments (flags may be interspersed with
+	// them; `--` ends flag parsing and everything after it is positional).
+	// Flag state lives only in what Setup makes (plain, flagged), never in
+	// a package variable, so every run starts from the defaults and
+	// cli.Main can run any number of times in one process.
+	Setup func(fs *flag.FlagSet) runFunc
 	// Raw verbs get their arguments exactly as given: no flag parsing and
 	// no --help scan. `fm on` is one, because everything after its
 	// secondmate id is another fm's command line.
 	Raw bool
+}
+
+// runFunc runs a verb with its positional arguments.
+type runFunc func(e *Env, args []string) error
+
+// plain is the Setup of a verb without flags.
+func plain(run runFunc) func(*flag.FlagSet) runFunc {
+	return func(*flag.FlagSet) runFunc { return run }
+}
+
+// flagged is the Setup of a verb whose flags are the fields of an F: every
+// run declares them on a new F, which run then reads.
+func flagged[F any, P interface {
+	*F
+	declare(fs *flag.FlagSet)
+}](run func(e *Env, f P, args []string) error) func(*flag.FlagSet) runFunc {
+	return func(fs *flag.FlagSet) runFunc {
+		f := P(new(F))
+		f.declare(fs)
+		return func(e *Env, args []string) error { return run(e, f, args) }
+	}
+}
+
+// jsonFlag is the --json of a listing or a report.
+type jsonFlag struct{ json bool }
+
+func (f *jsonFlag) declare(fs *flag.FlagSet) {
+	fs.BoolVar(&f.json, "json", false, "print one JSON document")
 }
 
 // ExitError ends a verb with a specific exit status and no error line
@@ -97,32 +128,31 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Stat
 
 type group struct {
 	name, summary string
-	verbs         map[string]*Verb
+	verbs         []*Verb
 	// hidden groups are fm's own plumbing (the remote end of fm on): left
 	// out of the help and the completion.
 	hidden bool
 }
 
-var groups = map[string]*group{}
-
-func addGroup(name, summary string) {
-	groups[name] = &group{name: name, summary: summary, verbs: map[string]*Verb{}}
-}
-
-// register adds v to a group; verbs register themselves from init functions.
-func register(groupName string, v *Verb) {
-	g := groups[groupName]
-	if g == nil {
-		panic("cli: unknown group " + groupName)
+// findGroup returns the group called name, or nil.
+func findGroup(groups []*group, name string) *group {
+	for _, g := range groups {
+		if g.name == name {
+			return g
+		}
 	}
-	g.verbs[v.Name] = v
+	return nil
 }
 
-func init() {
-	addGroup("extension", "bind, inspect, verify, call and retire extension packages")
-	addGroup("procevent", "register, run, capture, handle and retire process-event sources")
-	addGroup("wake", "read the durable wake queue")
-	addGroup("on", "run an fm command in a secondmate home")
+// verb returns the group's verb called name ("": the group's only verb), or
+// nil.
+func (g *group) verb(name string) *Verb {
+	for _, v := range g.verbs {
+		if v.Name == name {
+			return v
+		}
+	}
+	return nil
 }
 
 // Main runs fm with args (without the program name) and returns the exit
@@ -131,22 +161,23 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, cancel, stop := signalContext()
 	defer stop()
 	e := &Env{Ctx: ctx, cancel: cancel, Stdin: stdin, Stdout: stdout, Stderr: stderr, ttyOut: isTerminal(stdout), ttyErr: isTerminal(stderr)}
+	groups := commands()
 	if len(args) == 0 {
-		return usageErr(stderr, errors.New("missing command"), mainUsage())
+		return usageErr(stderr, errors.New("missing command"), mainUsage(groups))
 	}
 	switch args[0] {
 	case "help", "--help", "-h":
-		fmt.Fprint(stdout, mainUsage())
+		fmt.Fprint(stdout, mainUsage(groups))
 		return 0
 	case "version", "--version":
 		fmt.Fprintf(stdout, "fm %s\n", Version)
 		return 0
 	}
-	g := groups[args[0]]
+	g := findGroup(groups, args[0])
 	if g == nil {
-		return usageErr(stderr, fmt.Errorf("unknown command %q", args[0]), mainUsage())
+		return usageErr(stderr, fmt.Errorf("unknown command %q", args[0]), mainUsage(groups))
 	}
-	if v := g.verbs[""]; v != nil {
+	if v := g.verb(""); v != nil {
 		return runVerb(e, g, v, args[1:])
 	}
 	if len(args) < 2 {
@@ -156,7 +187,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, groupUsage(g))
 		return 0
 	}
-	v := g.verbs[args[1]]
+	v := g.verb(args[1])
 	if v == nil {
 		return usageErr(stderr, fmt.Errorf("unknown %s verb %q", g.name, args[1]), groupUsage(g))
 	}
@@ -166,9 +197,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func runVerb(e *Env, g *group, v *Verb, args []string) int {
 	fs := flag.NewFlagSet(v.Name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	if v.Flags != nil {
-		v.Flags(fs)
-	}
+	run := v.Setup(fs)
 	for _, a := range args {
 		if a == "--" || v.Raw {
 			break
@@ -193,7 +222,7 @@ func runVerb(e *Env, g *group, v *Verb, args []string) int {
 		e.Stdout = &stdoutGuard{w: out, cancel: e.cancel}
 		defer watchReader(out, e.cancel)()
 	}
-	err = v.Run(e, pos)
+	err = run(e, pos)
 	e.Stdout = out
 	if errors.Is(context.Cause(e.Ctx), errStdoutClosed) {
 		return 0 // the reader went away; the verb stopped as on TERM
@@ -244,18 +273,11 @@ func usageErr(w io.Writer, err error, usage string) int {
 	return 2
 }
 
-func mainUsage() string {
+func mainUsage(groups []*group) string {
 	var b strings.Builder
 	b.WriteString("usage: fm <command> [<verb>] [arguments]\n\ncommands:\n")
-	names := make([]string, 0, len(groups))
-	for n := range groups {
-		if !groups[n].hidden {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-10s %s\n", n, groups[n].summary)
+	for _, g := range visible(groups) {
+		fmt.Fprintf(&b, "  %-10s %s\n", g.name, g.summary)
 	}
 	b.WriteString("  help       print this help\n  version    print fm's version\n\nRun 'fm <command> --help' for the verbs of a command.\n")
 	return b.String()
@@ -263,18 +285,13 @@ func mainUsage() string {
 
 func groupUsage(g *group) string {
 	var b strings.Builder
-	if v := g.verbs[""]; v != nil {
+	if v := g.verb(""); v != nil {
 		fmt.Fprintf(&b, "usage: fm %s %s\n\n%s\n", g.name, v.Args, v.Summary)
 		return b.String()
 	}
 	fmt.Fprintf(&b, "usage: fm %s <verb> [arguments]\n\n%s\n\nverbs:\n", g.name, g.summary)
-	names := make([]string, 0, len(g.verbs))
-	for n := range g.verbs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-22s %s\n", n, g.verbs[n].Summary)
+	for _, v := range sortedVerbs(g) {
+		fmt.Fprintf(&b, "  %-22s %s\n", v.Name, v.Summary)
 	}
 	fmt.Fprintf(&b, "\nRun 'fm %s <verb> --help' for a verb's arguments.\n", g.name)
 	return b.String()

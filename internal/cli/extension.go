@@ -94,174 +94,157 @@ func printBound(e *Env, b *binding.Binding) {
 	fmt.Fprintf(e.Stdout, "verified: %s/%d (%s)\n", b.Capabilities[0].Name, b.Capabilities[0].Version, strings.Join(b.Adapters(), ","))
 }
 
-func init() {
-	var bf bindFlags
-	register("extension", &Verb{
-		Name:    "bind",
-		Args:    "<package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>]",
-		Summary: "validate a package directory, install it into this home's store, handshake, and enable the named adapters",
-		Flags:   bf.declare,
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 1, 1, "one package directory"); err != nil {
-				return err
-			}
-			dir := args[0]
-			if !filepath.IsAbs(dir) {
-				return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
-			}
-			opts, err := bf.options(dir)
-			if err != nil {
-				return err
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			defer e.withProgress(&opts.Progress)()
-			b, err := host.Bind(e.Ctx, h, opts)
-			if err != nil {
-				return err
-			}
-			printBound(e, b)
-			return nil
-		},
-	})
+// extensionBind is `fm extension bind` ([BIND-1]).
+func extensionBind(e *Env, bf *bindFlags, args []string) error {
+	if err := need(args, 1, 1, "one package directory"); err != nil {
+		return err
+	}
+	dir := args[0]
+	if !filepath.IsAbs(dir) {
+		return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
+	}
+	opts, err := bf.options(dir)
+	if err != nil {
+		return err
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	defer e.withProgress(&opts.Progress)()
+	b, err := host.Bind(e.Ctx, h, opts)
+	if err != nil {
+		return err
+	}
+	printBound(e, b)
+	return nil
+}
 
-	var listJSON bool
-	register("extension", &Verb{
-		Name:    "list",
-		Args:    "[--json]",
-		Summary: "list enabled bindings (runs no package code)",
-		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&listJSON, "json", false, "print one JSON document") },
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			bs, err := loadRegistry(e)
-			if err != nil {
-				return err
-			}
-			if listJSON {
-				return writeJSON(e, listDocument(bs))
-			}
-			if len(bs) == 0 {
-				fmt.Fprintln(e.Stdout, "no extension bindings")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "EXTENSION\tVERSION\tCAPABILITY\tADAPTERS\tPACKAGE_DIGEST")
-			for _, b := range bs {
-				c := b.Capabilities[0]
-				fmt.Fprintf(tw, "%s\t%s\t%s/%d\t%s\t%s\n", b.ExtensionID, b.ExtensionVersion, c.Name, c.Version, strings.Join(c.AdapterNames, ","), b.PackageDigest)
-			}
-			return tw.Flush()
-		},
-	})
+// extensionList is `fm extension list`.
+func extensionList(e *Env, f *jsonFlag, args []string) error {
+	if err := need(args, 0, 0, "no arguments"); err != nil {
+		return err
+	}
+	bs, err := loadRegistry(e)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return writeJSON(e, listDocument(bs))
+	}
+	if len(bs) == 0 {
+		fmt.Fprintln(e.Stdout, "no extension bindings")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXTENSION\tVERSION\tCAPABILITY\tADAPTERS\tPACKAGE_DIGEST")
+	for _, b := range bs {
+		c := b.Capabilities[0]
+		fmt.Fprintf(tw, "%s\t%s\t%s/%d\t%s\t%s\n", b.ExtensionID, b.ExtensionVersion, c.Name, c.Version, strings.Join(c.AdapterNames, ","), b.PackageDigest)
+	}
+	return tw.Flush()
+}
 
-	register("extension", &Verb{
-		Name:    "inspect",
-		Args:    "<extension-id> [--json]",
-		Summary: "print the validated binding record (runs no package code)",
-		Flags:   func(fs *flag.FlagSet) { fs.Bool("json", false, "print the record as JSON (the default form)") },
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 1, 1, "one extension id"); err != nil {
-				return err
-			}
-			bs, err := loadRegistry(e)
-			if err != nil {
-				return err
-			}
-			b, err := binding.Find(bs, args[0])
-			if err != nil {
-				return err
-			}
-			data, err := b.Record.Encode()
-			if err != nil {
-				return err
-			}
-			_, err = e.Stdout.Write(data)
-			return err
-		},
-	})
+// inspectFlags is inspect's --json, accepted for symmetry: the record is
+// printed as JSON either way.
+type inspectFlags struct{}
 
-	register("extension", &Verb{
-		Name:    "verify",
-		Args:    "[<extension-id>]",
-		Summary: "revalidate every (or one) binding and its installed package, and run a live handshake",
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 1, "at most one extension id")
-			if err != nil {
-				return err
-			}
-			id := ""
-			if len(args) == 1 {
-				id = args[0]
-			}
-			bs, err := host.Verify(e.Ctx, h, id)
-			if err != nil {
-				return err
-			}
-			if len(bs) == 0 {
-				fmt.Fprintln(e.Stdout, "no extension bindings")
-			}
-			for _, b := range bs {
-				fmt.Fprintf(e.Stdout, "verified: %s@%s %s\n", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
-			}
-			return nil
-		},
-	})
+func (*inspectFlags) declare(fs *flag.FlagSet) {
+	fs.Bool("json", false, "print the record as JSON (the default form)")
+}
 
-	var retireDigest string
-	register("extension", &Verb{
-		Name:    "retire-binding",
-		Args:    "<extension-id> --if-binding-digest <sha256:hex>",
-		Summary: "disable exactly that binding, keeping it restorable in data/extensions/retired-bindings",
-		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&retireDigest, "if-binding-digest", "", "the binding digest printed by bind (required)")
-		},
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 1, 1, "one extension id"); err != nil {
-				return err
-			}
-			if retireDigest == "" {
-				return errcode.New(errcode.Usage, "--if-binding-digest is required")
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			kept, err := host.RetireBinding(e.Ctx, h, args[0], retireDigest, bindingPreflight(h))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "retired-binding: %s %s\nretained-at: %s\n", args[0], retireDigest, kept)
-			return nil
-		},
-	})
+// extensionInspect is `fm extension inspect`.
+func extensionInspect(e *Env, _ *inspectFlags, args []string) error {
+	if err := need(args, 1, 1, "one extension id"); err != nil {
+		return err
+	}
+	bs, err := loadRegistry(e)
+	if err != nil {
+		return err
+	}
+	b, err := binding.Find(bs, args[0])
+	if err != nil {
+		return err
+	}
+	data, err := b.Record.Encode()
+	if err != nil {
+		return err
+	}
+	_, err = e.Stdout.Write(data)
+	return err
+}
 
-	var cleanupDigest string
-	register("extension", &Verb{
-		Name:    "cleanup-invocations",
-		Args:    "[--binding-digest <sha256:hex>]",
-		Summary: "prove the process groups of invocations whose host died gone, and clear their records",
-		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cleanupDigest, "binding-digest", "", "only records that pin this binding")
-		},
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 0, "no arguments")
-			if err != nil {
-				return err
-			}
-			n, err := launch.Cleanup(h.Invocations(), func(r launch.Record) bool {
-				return !r.HostLive && (cleanupDigest == "" || r.BindingDigest == cleanupDigest)
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "cleaned-invocations: %d\n", n)
-			return nil
-		},
+// extensionVerify is `fm extension verify`.
+func extensionVerify(e *Env, args []string) error {
+	h, err := e.homeFor(args, 0, 1, "at most one extension id")
+	if err != nil {
+		return err
+	}
+	id := ""
+	if len(args) == 1 {
+		id = args[0]
+	}
+	bs, err := host.Verify(e.Ctx, h, id)
+	if err != nil {
+		return err
+	}
+	if len(bs) == 0 {
+		fmt.Fprintln(e.Stdout, "no extension bindings")
+	}
+	for _, b := range bs {
+		fmt.Fprintf(e.Stdout, "verified: %s@%s %s\n", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
+	}
+	return nil
+}
+
+// retireBindingFlags are the flags of retire-binding.
+type retireBindingFlags struct{ digest string }
+
+func (f *retireBindingFlags) declare(fs *flag.FlagSet) {
+	fs.StringVar(&f.digest, "if-binding-digest", "", "the binding digest printed by bind (required)")
+}
+
+// extensionRetireBinding is `fm extension retire-binding`.
+func extensionRetireBinding(e *Env, f *retireBindingFlags, args []string) error {
+	if err := need(args, 1, 1, "one extension id"); err != nil {
+		return err
+	}
+	if f.digest == "" {
+		return errcode.New(errcode.Usage, "--if-binding-digest is required")
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	kept, err := host.RetireBinding(e.Ctx, h, args[0], f.digest, bindingPreflight(h))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "retired-binding: %s %s\nretained-at: %s\n", args[0], f.digest, kept)
+	return nil
+}
+
+// cleanupFlags are the flags of cleanup-invocations.
+type cleanupFlags struct{ digest string }
+
+func (f *cleanupFlags) declare(fs *flag.FlagSet) {
+	fs.StringVar(&f.digest, "binding-digest", "", "only records that pin this binding")
+}
+
+// extensionCleanupInvocations is `fm extension cleanup-invocations`.
+func extensionCleanupInvocations(e *Env, f *cleanupFlags, args []string) error {
+	h, err := e.homeFor(args, 0, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	n, err := launch.Cleanup(h.Invocations(), func(r launch.Record) bool {
+		return !r.HostLive && (f.digest == "" || r.BindingDigest == f.digest)
 	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "cleaned-invocations: %d\n", n)
+	return nil
 }
 
 // loadRegistry resolves the home and loads its registry; it creates nothing.

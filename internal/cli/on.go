@@ -10,71 +10,62 @@ import (
 	"firstmate.dev/fm/internal/remote"
 )
 
-// `fm on` ([XFER-4]): one fm command in a secondmate home. The verb is raw:
-// only --stdin, --timeout <d> (or --help) before the secondmate id belong to
-// it, and everything after the id is the other fm's command line, passed on
-// as argv.
-func init() {
-	register("on", &Verb{
-		Name: "",
-		Args: "[--stdin] [--timeout <duration>] <secondmate-id> <fm-command> [<argument>...]",
-		Summary: "run one fm command (extension, procevent, wake, doctor, help, version) in the secondmate home routed by data/secondmates.json: locally, or over ssh (FM_SSH_BIN, default ssh) when the route names a host; only the command's argv crosses, and with --stdin this command's bounded stdin. " +
-			"--timeout bounds the whole job (90s, 15m, or milliseconds; default 10m; 0: none): at the deadline the transport's process group is stopped (remote-invalid)",
-		Raw: true,
-		Run: func(e *Env, args []string) error {
-			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
-				fmt.Fprint(e.Stdout, groupUsage(groups["on"]))
-				return nil
-			}
-			var withStdin bool
-			var timeout *time.Duration
-		opts:
-			for len(args) > 0 {
-				switch a := args[0]; {
-				case a == "--stdin" && !withStdin:
-					withStdin, args = true, args[1:]
-				case (a == "--timeout" || strings.HasPrefix(a, "--timeout=")) && timeout == nil:
-					v, inline := strings.CutPrefix(a, "--timeout=")
-					if !inline {
-						if len(args) < 2 {
-							return errcode.New(errcode.Usage, "--timeout needs a value")
-						}
-						v, args = args[1], args[1:]
-					}
-					d, err := remote.ParseTimeout(v)
-					if err != nil {
-						return err
-					}
-					timeout, args = &d, args[1:]
-				case strings.HasPrefix(a, "-"): // no secondmate id starts with '-'
-					return errcode.New(errcode.Usage, "%q is not an option of fm on (--stdin, --timeout <duration>), each at most once", a)
-				default:
-					break opts
+// on is `fm on` ([XFER-4]): one fm command in a secondmate home. The verb
+// is raw: only --stdin, --timeout <d> (or --help) before the secondmate id
+// belong to it, and everything after the id is the other fm's command line,
+// passed on as argv.
+func on(e *Env, args []string) error {
+	if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprint(e.Stdout, groupUsage(findGroup(commands(), "on")))
+		return nil
+	}
+	var withStdin bool
+	var timeout *time.Duration
+opts:
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case a == "--stdin" && !withStdin:
+			withStdin, args = true, args[1:]
+		case (a == "--timeout" || strings.HasPrefix(a, "--timeout=")) && timeout == nil:
+			v, inline := strings.CutPrefix(a, "--timeout=")
+			if !inline {
+				if len(args) < 2 {
+					return errcode.New(errcode.Usage, "--timeout needs a value")
 				}
+				v, args = args[1], args[1:]
 			}
-			if len(args) < 2 {
-				return errcode.New(errcode.Usage, "expected a secondmate id and an fm command")
-			}
-			if g := args[1]; !slices.Contains(remote.Commands, g) {
-				return errcode.New(errcode.Usage, "%q is not an fm command that runs in a secondmate home (%s)", g, strings.Join(remote.Commands, ", "))
-			}
-			h, err := e.Home()
+			d, err := remote.ParseTimeout(v)
 			if err != nil {
 				return err
 			}
-			r, err := remote.Lookup(h, args[0])
-			if err != nil {
-				return err
-			}
-			var stdin []byte
-			if withStdin {
-				if stdin, err = remote.ReadInput(e.Stdin); err != nil {
-					return err
-				}
-			}
-			return runOn(e, r, args[1:], stdin, jobTimeout(timeout), nil)
-		},
-	})
+			timeout, args = &d, args[1:]
+		case strings.HasPrefix(a, "-"): // no secondmate id starts with '-'
+			return errcode.New(errcode.Usage, "%q is not an option of fm on (--stdin, --timeout <duration>), each at most once", a)
+		default:
+			break opts
+		}
+	}
+	if len(args) < 2 {
+		return errcode.New(errcode.Usage, "expected a secondmate id and an fm command")
+	}
+	if g := args[1]; !slices.Contains(remote.Commands, g) {
+		return errcode.New(errcode.Usage, "%q is not an fm command that runs in a secondmate home (%s)", g, strings.Join(remote.Commands, ", "))
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	r, err := remote.Lookup(h, args[0])
+	if err != nil {
+		return err
+	}
+	var stdin []byte
+	if withStdin {
+		if stdin, err = remote.ReadInput(e.Stdin); err != nil {
+			return err
+		}
+	}
+	return runOn(e, r, args[1:], stdin, jobTimeout(timeout), nil)
 }
 
 // jobTimeout is the caller's --timeout when given, else remote.DefaultTimeout.
@@ -85,27 +76,17 @@ func jobTimeout(flag *time.Duration) time.Duration {
 	return remote.DefaultTimeout
 }
 
-// `fm on-receive <job>`: the remote end of fm on over ssh ([XFER-4],
-// [XFER-5]). It decodes the job (remote.DecodeJob) and replaces itself with
-// this fm running the job's argv in the secondmate home, in an environment
-// of only PATH, FM_HOME and HOME (remote.JobEnv). It is fm's plumbing, not
-// an operator's command: hidden from the help and the completion.
-func init() {
-	addGroup(remote.ReceiveVerb, "the remote end of fm on (internal)")
-	groups[remote.ReceiveVerb].hidden = true
-	register(remote.ReceiveVerb, &Verb{
-		Name:    "",
-		Args:    "<job>",
-		Summary: "run the job that fm on encoded, in the secondmate home it names (internal: fm on runs this over ssh)",
-		Raw:     true,
-		Stream:  true,
-		Run: func(e *Env, args []string) error {
-			if len(args) != 1 {
-				return errcode.New(errcode.Usage, "expected one job written by fm on")
-			}
-			return remote.ExecJob(args[0])
-		},
-	})
+// onReceive is `fm on-receive <job>`: the remote end of fm on over ssh
+// ([XFER-4], [XFER-5]). It decodes the job (remote.DecodeJob) and replaces
+// itself with this fm running the job's argv in the secondmate home, in an
+// environment of only PATH, FM_HOME and HOME (remote.JobEnv). It is fm's
+// plumbing, not an operator's command: its group is hidden from the help and
+// the completion.
+func onReceive(e *Env, args []string) error {
+	if len(args) != 1 {
+		return errcode.New(errcode.Usage, "expected one job written by fm on")
+	}
+	return remote.ExecJob(args[0])
 }
 
 // runOn runs one job in a secondmate home within timeout and, when its

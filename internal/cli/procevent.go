@@ -22,418 +22,381 @@ const (
 	exitEvidence = 70 // EX_SOFTWARE: the poll failed; evidence on stdout
 )
 
-func init() {
-	register("procevent", &Verb{
-		Name:    "register",
-		Args:    "<adapter> <source-id> -- <argv...>",
-		Summary: "register a built-in source: argv is stored exactly and run directly (no shell) by the runner",
-		Run: func(e *Env, args []string) error {
-			if len(args) < 3 {
-				return errcode.New(errcode.Usage, "expected an adapter, a source id and, after --, the argv to run")
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			r, err := procevent.Register(h, args[0], args[1], args[2:])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "registered: %s (%s)\n", r.SourceID, r.Adapter)
-			return nil
-		},
-	})
-
-	var configRef string
-	register("procevent", &Verb{
-		Name:    "register-extension",
-		Args:    "<adapter> <source-id> --config-ref <ref>",
-		Summary: "register a source served by the bound extension that enables the adapter (a new generation with a fresh owner token)",
-		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&configRef, "config-ref", "", "the source's configuration reference, one line of 1..512 bytes (required)")
-		},
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 2, 2, "an adapter and a source id"); err != nil {
-				return err
-			}
-			if configRef == "" {
-				return errcode.New(errcode.Usage, "--config-ref is required")
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			r, err := procevent.RegisterExtension(e.Ctx, h, args[0], args[1], configRef)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
-			fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
-			// [REG-2]'s bin/fm-procevent.sh, spelled as the code root's
-			// wrapper by its absolute path, so the line works from any
-			// directory (docs/configuration.md §4).
-			fmt.Fprintf(e.Stdout, "retire: %s retire %s --if-owner %s\n", shellWord(filepath.Join(h.Root, "bin", "fm-procevent.sh")), r.SourceID, r.Token)
-			return nil
-		},
-	})
-
-	var (
-		ifOwner, ifMatches string
-		ifAbsent           bool
-		// An empty --if-owner or --if-matches is a condition that no
-		// registration meets, never the bare form: a script whose token
-		// variable is empty must not retire what the bare form would.
-		ownerSet, matchesSet bool
-	)
-	register("procevent", &Verb{
-		Name:    "retire",
-		Args:    "<source-id> [--if-owner <token> | --if-matches <adapter> -- <argv...> | --if-absent]",
-		Summary: "stop the source's running poll and remove its registration (bare form: built-ins only)",
-		Flags: func(fs *flag.FlagSet) {
-			fs.Func("if-owner", "retire only the extension generation with this owner token (idempotent)", func(v string) error {
-				ifOwner, ownerSet = v, true
-				return nil
-			})
-			fs.Func("if-matches", "retire only a built-in registration of this adapter with exactly the argv after --", func(v string) error {
-				ifMatches, matchesSet = v, true
-				return nil
-			})
-			fs.BoolVar(&ifAbsent, "if-absent", false, "succeed only if nothing is registered")
-		},
-		Run: func(e *Env, args []string) error {
-			if len(args) < 1 {
-				return errcode.New(errcode.Usage, "expected a source id")
-			}
-			forms := 0
-			switch {
-			case ownerSet && ifOwner == "":
-				return errcode.New(errcode.Usage, "--if-owner %q must be sha256:<64 lowercase hex>", ifOwner)
-			case matchesSet && ifMatches == "":
-				return errcode.New(errcode.Usage, "--if-matches needs an adapter name")
-			}
-			for _, set := range []bool{ownerSet, matchesSet, ifAbsent} {
-				if set {
-					forms++
-				}
-			}
-			if forms > 1 {
-				return errcode.New(errcode.Usage, "--if-owner, --if-matches and --if-absent exclude each other")
-			}
-			var c procevent.Condition
-			switch {
-			case ifMatches != "":
-				if len(args) < 2 {
-					return errcode.New(errcode.Usage, "--if-matches needs the complete argv after --")
-				}
-				c.IfMatches = &procevent.Match{Adapter: ifMatches, Argv: args[1:]}
-			case len(args) > 1:
-				return errcode.New(errcode.Usage, "expected one source id")
-			case ifOwner != "":
-				c.IfOwner = ifOwner
-			default:
-				c.IfAbsent = ifAbsent
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			if err := procevent.Retire(e.Ctx, h, args[0], c); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "retired: %s\n", args[0])
-			return nil
-		},
-	})
-
-	register("procevent", &Verb{
-		Name:    "start",
-		Args:    "<source-id>",
-		Summary: "run one attached poll of the source, then capture, announce, and ask the silent and terminal verdicts",
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 1, 1, "one source id")
-			if err != nil {
-				return err
-			}
-			out, err := procevent.Start(e.Ctx, h, args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(e.Stdout, out.Line())
-			return nil
-		},
-	})
-
-	var so serveFlags
-	register("procevent", &Verb{
-		Name:    "serve",
-		Args:    "[--min-gap <d>] [--max-backoff <d>] [--rescan <d>] [--reannounce-after <d>]",
-		Summary: "supervise every registered source of the home until TERM/INT (one serve per home)",
-		Stream:  true,
-		Flags:   so.declare,
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 0, "no arguments")
-			if err != nil {
-				return err
-			}
-			o := so.o
-			o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
-			o.Warn = func(line string) { fmt.Fprintln(e.Stderr, line) }
-			// This process starts children only through package launch.
-			o.ReapOrphans = true
-			// A supervisor lives for months holding a thousand idle polls:
-			// keep its heap nearer to what is live, for a little more
-			// collection work (docs/performance.md, "serve at scale").
-			debug.SetGCPercent(50)
-			return procevent.Serve(e.Ctx, h, o)
-		},
-	})
-
-	var ro serveFlags
-	register("procevent", &Verb{
-		Name:    "reconcile",
-		Args:    "[--reannounce-after <d>]",
-		Summary: "run one supervision cycle: clean up after dead runners, re-announce unhandled results, poll every source once",
-		Flags:   ro.declareReannounce,
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 0, "no arguments")
-			if err != nil {
-				return err
-			}
-			rep, err := procevent.Reconcile(e.Ctx, h, ro.o)
-			if err != nil {
-				return err
-			}
-			for _, out := range rep.Outcomes {
-				fmt.Fprintln(e.Stdout, out.Line())
-			}
-			failed := slices.Sorted(maps.Keys(rep.Failures))
-			for _, id := range failed {
-				err := rep.Failures[id]
-				fmt.Fprintf(e.Stdout, "failed: %s (%s): %s\n", id, errcode.Of(err), oneLine(err.Error()))
-			}
-			fmt.Fprintf(e.Stdout, "reconciled: sources=%d failed=%d cleaned-invocations=%d reannounced=%d\n", len(rep.Outcomes)+len(failed), len(failed), rep.Cleaned, rep.Reannounced)
-			return nil
-		},
-	})
-
-	register("procevent", &Verb{
-		Name:    "handled",
-		Args:    "<source-id> <seq>",
-		Summary: "mark a captured result handled",
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 2, 2, "a source id and a sequence number"); err != nil {
-				return err
-			}
-			seq, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil || seq < 1 {
-				return errcode.New(errcode.Usage, "sequence %q must be a positive decimal integer", args[1])
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			already, err := procevent.MarkHandled(h, args[0], seq)
-			if err != nil {
-				return err
-			}
-			word := "handled"
-			if already {
-				word = "already-handled"
-			}
-			fmt.Fprintf(e.Stdout, "%s: %s %d\n", word, args[0], seq)
-			return nil
-		},
-	})
-
-	register("procevent", &Verb{
-		Name:    "classify",
-		Args:    "<result-file>",
-		Summary: "print the classification of a captured result by its captured owner (changes no state)",
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 1, 1, "one result file")
-			if err != nil {
-				return err
-			}
-			c, err := procevent.Classify(e.Ctx, h, args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(e.Stdout, c)
-			return nil
-		},
-	})
-
-	var listJSON bool
-	register("procevent", &Verb{
-		Name:    "list",
-		Args:    "[--json]",
-		Summary: "list registered sources with adapter, owner and pending (unhandled) count",
-		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&listJSON, "json", false, "print one JSON document") },
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 0, "no arguments")
-			if err != nil {
-				return err
-			}
-			regs, err := procevent.Sources(h)
-			if err != nil {
-				return err
-			}
-			results, err := procevent.Inbox(h)
-			if err != nil {
-				return err
-			}
-			pending := map[string]int{}
-			for _, r := range results {
-				if !r.Handled {
-					pending[r.SourceID]++
-				}
-			}
-			type row struct {
-				SourceID string `json:"source_id"`
-				Adapter  string `json:"adapter"`
-				Kind     string `json:"kind"`
-				Owner    string `json:"owner"`
-				Pending  int    `json:"pending"`
-			}
-			rows := []row{}
-			for _, r := range regs {
-				rows = append(rows, row{r.SourceID, r.Adapter, r.Kind, r.Owner(), pending[r.SourceID]})
-			}
-			if listJSON {
-				return writeJSON(e, map[string]any{"sources": rows})
-			}
-			if len(rows) == 0 {
-				fmt.Fprintln(e.Stdout, "no process-event sources")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SOURCE\tADAPTER\tOWNER\tPENDING")
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.SourceID, r.Adapter, r.Owner, r.Pending)
-			}
-			return tw.Flush()
-		},
-	})
-
-	var inboxJSON bool
-	register("procevent", &Verb{
-		Name:    "inbox",
-		Args:    "[--json]",
-		Summary: "list captured results with their owner and handled state",
-		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&inboxJSON, "json", false, "print one JSON document") },
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 0, "no arguments")
-			if err != nil {
-				return err
-			}
-			results, err := procevent.Inbox(h)
-			if err != nil {
-				return err
-			}
-			if inboxJSON {
-				if results == nil {
-					results = []procevent.Result{}
-				}
-				return writeJSON(e, map[string]any{"results": results})
-			}
-			if len(results) == 0 {
-				fmt.Fprintln(e.Stdout, "no captured results")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tKIND\tSTATE\tRESULT")
-			for _, r := range results {
-				kind, state := "result", "unhandled"
-				if r.Evidence {
-					kind = "evidence"
-				}
-				if r.Handled {
-					state = "handled"
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), kind, state, r.Path)
-			}
-			return tw.Flush()
-		},
-	})
-
-	var preflight bool
-	register("procevent", &Verb{
-		Name:    "sweep-home",
-		Args:    "[--preflight]",
-		Summary: "retire every registration of the home and prove every invocation group gone",
-		Flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&preflight, "preflight", false, "only check; change nothing (prints how many registrations a sweep would attempt)")
-		},
-		Run: func(e *Env, args []string) error {
-			h, err := e.homeFor(args, 0, 0, "no arguments")
-			if err != nil {
-				return err
-			}
-			n, err := procevent.Sweep(e.Ctx, h, preflight)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "swept: attempted=%d\n", n)
-			return nil
-		},
-	})
-
-	var pe struct {
-		sourceID, configRef, resultFile, requestID string
-		uncaptured, showStderr                     bool
+// proceventRegister is `fm procevent register`.
+func proceventRegister(e *Env, args []string) error {
+	if len(args) < 3 {
+		return errcode.New(errcode.Usage, "expected an adapter, a source id and, after --, the argv to run")
 	}
-	register("extension", &Verb{
-		Name:    "process-event",
-		Args:    "<adapter> <operation> [--source-id S --config-ref R [--uncaptured]] [--result-file F] [--request-id ID] [--show-stderr]",
-		Summary: "call one process-event-adapter/1 operation directly (for operators and tests); changes no state",
-		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&pe.sourceID, "source-id", "", "the source id (source.poll: required)")
-			fs.StringVar(&pe.configRef, "config-ref", "", "the configuration reference (source.poll: required)")
-			fs.StringVar(&pe.resultFile, "result-file", "", "a captured result directly inside the inbox (result.*: required)")
-			fs.StringVar(&pe.requestID, "request-id", "", "the request id, sha256:<64 hex> (default: random)")
-			fs.BoolVar(&pe.uncaptured, "uncaptured", false, "source.poll: poll a source id registered in this home anyway; its event is consumed and NOT captured")
-			fs.BoolVar(&pe.showStderr, "show-stderr", false, "print the package's stderr (at most 8192 bytes per invocation, escaped) on stderr; it is never stored")
-		},
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 2, 2, "an adapter and an operation"); err != nil {
-				return err
-			}
-			adapter, op := args[0], args[1]
-			if !slices.Contains(protocol.Operations, op) {
-				return errcode.New(errcode.Usage, "unknown operation %q (one of source.poll, result.classify, result.terminal, result.silent)", op)
-			}
-			if pe.requestID != "" {
-				if err := protocol.CheckRequestID(pe.requestID); err != nil {
-					return err
-				}
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured}
-			if pe.showStderr {
-				o.Stderr = showStderr(e.Stderr)
-			}
-			if op == protocol.OpPoll {
-				return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, o)
-			}
-			if pe.resultFile == "" || pe.configRef != "" || pe.uncaptured {
-				return errcode.New(errcode.Usage, "%s takes --result-file (and no --config-ref or --uncaptured)", op)
-			}
-			res, err := procevent.Ask(e.Ctx, h, adapter, op, pe.resultFile, pe.sourceID, o)
-			if err != nil {
-				return err
-			}
-			switch r := res.(type) {
-			case *protocol.ClassifyResult:
-				fmt.Fprintln(e.Stdout, r.Classification)
-			case *protocol.BoolResult:
-				fmt.Fprintln(e.Stdout, r.Value)
-			}
-			return nil
-		},
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	r, err := procevent.Register(h, args[0], args[1], args[2:])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "registered: %s (%s)\n", r.SourceID, r.Adapter)
+	return nil
+}
+
+// registerExtensionFlags are the flags of register-extension.
+type registerExtensionFlags struct{ configRef string }
+
+func (f *registerExtensionFlags) declare(fs *flag.FlagSet) {
+	fs.StringVar(&f.configRef, "config-ref", "", "the source's configuration reference, one line of 1..512 bytes (required)")
+}
+
+// proceventRegisterExtension is `fm procevent register-extension`.
+func proceventRegisterExtension(e *Env, f *registerExtensionFlags, args []string) error {
+	if err := need(args, 2, 2, "an adapter and a source id"); err != nil {
+		return err
+	}
+	if f.configRef == "" {
+		return errcode.New(errcode.Usage, "--config-ref is required")
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	r, err := procevent.RegisterExtension(e.Ctx, h, args[0], args[1], f.configRef)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
+	fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
+	// [REG-2]'s bin/fm-procevent.sh, spelled as the code root's
+	// wrapper by its absolute path, so the line works from any
+	// directory (docs/configuration.md §4).
+	fmt.Fprintf(e.Stdout, "retire: %s retire %s --if-owner %s\n", shellWord(filepath.Join(h.Root, "bin", "fm-procevent.sh")), r.SourceID, r.Token)
+	return nil
+}
+
+// retireFlags are the conditions of procevent retire.
+type retireFlags struct {
+	ifOwner, ifMatches string
+	ifAbsent           bool
+	// An empty --if-owner or --if-matches is a condition that no
+	// registration meets, never the bare form: a script whose token
+	// variable is empty must not retire what the bare form would.
+	ownerSet, matchesSet bool
+}
+
+func (f *retireFlags) declare(fs *flag.FlagSet) {
+	fs.Func("if-owner", "retire only the extension generation with this owner token (idempotent)", func(v string) error {
+		f.ifOwner, f.ownerSet = v, true
+		return nil
 	})
+	fs.Func("if-matches", "retire only a built-in registration of this adapter with exactly the argv after --", func(v string) error {
+		f.ifMatches, f.matchesSet = v, true
+		return nil
+	})
+	fs.BoolVar(&f.ifAbsent, "if-absent", false, "succeed only if nothing is registered")
+}
+
+// condition checks the flags against the positional arguments and returns
+// the retirement's condition.
+func (f *retireFlags) condition(args []string) (procevent.Condition, error) {
+	var c procevent.Condition
+	forms := 0
+	switch {
+	case f.ownerSet && f.ifOwner == "":
+		return c, errcode.New(errcode.Usage, "--if-owner %q must be sha256:<64 lowercase hex>", f.ifOwner)
+	case f.matchesSet && f.ifMatches == "":
+		return c, errcode.New(errcode.Usage, "--if-matches needs an adapter name")
+	}
+	for _, set := range []bool{f.ownerSet, f.matchesSet, f.ifAbsent} {
+		if set {
+			forms++
+		}
+	}
+	if forms > 1 {
+		return c, errcode.New(errcode.Usage, "--if-owner, --if-matches and --if-absent exclude each other")
+	}
+	switch {
+	case f.ifMatches != "":
+		if len(args) < 2 {
+			return c, errcode.New(errcode.Usage, "--if-matches needs the complete argv after --")
+		}
+		c.IfMatches = &procevent.Match{Adapter: f.ifMatches, Argv: args[1:]}
+	case len(args) > 1:
+		return c, errcode.New(errcode.Usage, "expected one source id")
+	case f.ifOwner != "":
+		c.IfOwner = f.ifOwner
+	default:
+		c.IfAbsent = f.ifAbsent
+	}
+	return c, nil
+}
+
+// proceventRetire is `fm procevent retire`.
+func proceventRetire(e *Env, f *retireFlags, args []string) error {
+	if len(args) < 1 {
+		return errcode.New(errcode.Usage, "expected a source id")
+	}
+	c, err := f.condition(args)
+	if err != nil {
+		return err
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	if err := procevent.Retire(e.Ctx, h, args[0], c); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "retired: %s\n", args[0])
+	return nil
+}
+
+// proceventStart is `fm procevent start`.
+func proceventStart(e *Env, args []string) error {
+	h, err := e.homeFor(args, 1, 1, "one source id")
+	if err != nil {
+		return err
+	}
+	out, err := procevent.Start(e.Ctx, h, args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.Stdout, out.Line())
+	return nil
+}
+
+// proceventServe is `fm procevent serve`.
+func proceventServe(e *Env, so *serveFlags, args []string) error {
+	h, err := e.homeFor(args, 0, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	o := so.o
+	o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
+	o.Warn = func(line string) { fmt.Fprintln(e.Stderr, line) }
+	// This process starts children only through package launch.
+	o.ReapOrphans = true
+	// A supervisor lives for months holding a thousand idle polls:
+	// keep its heap nearer to what is live, for a little more
+	// collection work (docs/performance.md, "serve at scale").
+	debug.SetGCPercent(50)
+	return procevent.Serve(e.Ctx, h, o)
+}
+
+// proceventReconcile is `fm procevent reconcile`.
+func proceventReconcile(e *Env, ro *reconcileFlags, args []string) error {
+	h, err := e.homeFor(args, 0, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	rep, err := procevent.Reconcile(e.Ctx, h, ro.o)
+	if err != nil {
+		return err
+	}
+	for _, out := range rep.Outcomes {
+		fmt.Fprintln(e.Stdout, out.Line())
+	}
+	failed := slices.Sorted(maps.Keys(rep.Failures))
+	for _, id := range failed {
+		err := rep.Failures[id]
+		fmt.Fprintf(e.Stdout, "failed: %s (%s): %s\n", id, errcode.Of(err), oneLine(err.Error()))
+	}
+	fmt.Fprintf(e.Stdout, "reconciled: sources=%d failed=%d cleaned-invocations=%d reannounced=%d\n", len(rep.Outcomes)+len(failed), len(failed), rep.Cleaned, rep.Reannounced)
+	return nil
+}
+
+// proceventHandled is `fm procevent handled`.
+func proceventHandled(e *Env, args []string) error {
+	if err := need(args, 2, 2, "a source id and a sequence number"); err != nil {
+		return err
+	}
+	seq, err := strconv.ParseInt(args[1], 10, 64)
+	if err != nil || seq < 1 {
+		return errcode.New(errcode.Usage, "sequence %q must be a positive decimal integer", args[1])
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	already, err := procevent.MarkHandled(h, args[0], seq)
+	if err != nil {
+		return err
+	}
+	word := "handled"
+	if already {
+		word = "already-handled"
+	}
+	fmt.Fprintf(e.Stdout, "%s: %s %d\n", word, args[0], seq)
+	return nil
+}
+
+// proceventClassify is `fm procevent classify`.
+func proceventClassify(e *Env, args []string) error {
+	h, err := e.homeFor(args, 1, 1, "one result file")
+	if err != nil {
+		return err
+	}
+	c, err := procevent.Classify(e.Ctx, h, args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.Stdout, c)
+	return nil
+}
+
+// proceventList is `fm procevent list`.
+func proceventList(e *Env, f *jsonFlag, args []string) error {
+	h, err := e.homeFor(args, 0, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	regs, err := procevent.Sources(h)
+	if err != nil {
+		return err
+	}
+	results, err := procevent.Inbox(h)
+	if err != nil {
+		return err
+	}
+	pending := map[string]int{}
+	for _, r := range results {
+		if !r.Handled {
+			pending[r.SourceID]++
+		}
+	}
+	type row struct {
+		SourceID string `json:"source_id"`
+		Adapter  string `json:"adapter"`
+		Kind     string `json:"kind"`
+		Owner    string `json:"owner"`
+		Pending  int    `json:"pending"`
+	}
+	rows := []row{}
+	for _, r := range regs {
+		rows = append(rows, row{r.SourceID, r.Adapter, r.Kind, r.Owner(), pending[r.SourceID]})
+	}
+	if f.json {
+		return writeJSON(e, map[string]any{"sources": rows})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(e.Stdout, "no process-event sources")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tADAPTER\tOWNER\tPENDING")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.SourceID, r.Adapter, r.Owner, r.Pending)
+	}
+	return tw.Flush()
+}
+
+// proceventInbox is `fm procevent inbox`.
+func proceventInbox(e *Env, f *jsonFlag, args []string) error {
+	h, err := e.homeFor(args, 0, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	results, err := procevent.Inbox(h)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		if results == nil {
+			results = []procevent.Result{}
+		}
+		return writeJSON(e, map[string]any{"results": results})
+	}
+	if len(results) == 0 {
+		fmt.Fprintln(e.Stdout, "no captured results")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tKIND\tSTATE\tRESULT")
+	for _, r := range results {
+		kind, state := "result", "unhandled"
+		if r.Evidence {
+			kind = "evidence"
+		}
+		if r.Handled {
+			state = "handled"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), kind, state, r.Path)
+	}
+	return tw.Flush()
+}
+
+// sweepFlags are the flags of sweep-home.
+type sweepFlags struct{ preflight bool }
+
+func (f *sweepFlags) declare(fs *flag.FlagSet) {
+	fs.BoolVar(&f.preflight, "preflight", false, "only check; change nothing (prints how many registrations a sweep would attempt)")
+}
+
+// proceventSweepHome is `fm procevent sweep-home`.
+func proceventSweepHome(e *Env, f *sweepFlags, args []string) error {
+	h, err := e.homeFor(args, 0, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	n, err := procevent.Sweep(e.Ctx, h, f.preflight)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "swept: attempted=%d\n", n)
+	return nil
+}
+
+// directFlags are the flags of a direct call, extension process-event.
+type directFlags struct {
+	sourceID, configRef, resultFile, requestID string
+	uncaptured, showStderr                     bool
+}
+
+func (f *directFlags) declare(fs *flag.FlagSet) {
+	fs.StringVar(&f.sourceID, "source-id", "", "the source id (source.poll: required)")
+	fs.StringVar(&f.configRef, "config-ref", "", "the configuration reference (source.poll: required)")
+	fs.StringVar(&f.resultFile, "result-file", "", "a captured result directly inside the inbox (result.*: required)")
+	fs.StringVar(&f.requestID, "request-id", "", "the request id, sha256:<64 hex> (default: random)")
+	fs.BoolVar(&f.uncaptured, "uncaptured", false, "source.poll: poll a source id registered in this home anyway; its event is consumed and NOT captured")
+	fs.BoolVar(&f.showStderr, "show-stderr", false, "print the package's stderr (at most 8192 bytes per invocation, escaped) on stderr; it is never stored")
+}
+
+// extensionProcessEvent is `fm extension process-event` ([OP-2]).
+func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
+	if err := need(args, 2, 2, "an adapter and an operation"); err != nil {
+		return err
+	}
+	adapter, op := args[0], args[1]
+	if !slices.Contains(protocol.Operations, op) {
+		return errcode.New(errcode.Usage, "unknown operation %q (one of source.poll, result.classify, result.terminal, result.silent)", op)
+	}
+	if pe.requestID != "" {
+		if err := protocol.CheckRequestID(pe.requestID); err != nil {
+			return err
+		}
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured}
+	if pe.showStderr {
+		o.Stderr = showStderr(e.Stderr)
+	}
+	if op == protocol.OpPoll {
+		return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, o)
+	}
+	if pe.resultFile == "" || pe.configRef != "" || pe.uncaptured {
+		return errcode.New(errcode.Usage, "%s takes --result-file (and no --config-ref or --uncaptured)", op)
+	}
+	res, err := procevent.Ask(e.Ctx, h, adapter, op, pe.resultFile, pe.sourceID, o)
+	if err != nil {
+		return err
+	}
+	switch r := res.(type) {
+	case *protocol.ClassifyResult:
+		fmt.Fprintln(e.Stdout, r.Classification)
+	case *protocol.BoolResult:
+		fmt.Fprintln(e.Stdout, r.Value)
+	}
+	return nil
 }
 
 // directPoll is `fm extension process-event <adapter> source.poll` ([OP-2]):
@@ -488,6 +451,12 @@ func (f *serveFlags) declareReannounce(fs *flag.FlagSet) {
 	f.o = procevent.DefaultServeOptions()
 	fs.DurationVar(&f.o.Reannounce, "reannounce-after", f.o.Reannounce, "re-announce an unhandled result once its capture and its latest wake are older than this (0: every cycle)")
 }
+
+// reconcileFlags are the one tuning flag of reconcile, serve's
+// --reannounce-after.
+type reconcileFlags struct{ serveFlags }
+
+func (f *reconcileFlags) declare(fs *flag.FlagSet) { f.declareReannounce(fs) }
 
 // shellWord quotes s for a POSIX shell when it holds anything but letters,
 // digits and /._+-@%:,= (a code root with a space, say), so a printed

@@ -28,115 +28,104 @@ func (a *afterFlag) value() (int64, error) {
 	return n, nil
 }
 
-func init() {
-	var (
-		after    afterFlag
-		listJSON bool
-	)
-	register("wake", &Verb{
-		Name:    "list",
-		Args:    "[--after <queue-seq>] [--json]",
-		Summary: "print the queued wakes: on a terminal an aligned table, otherwise one stored line each (unix-seconds, queue-seq, kind, key, payload, tab-separated); no wakes (after n) when there is none",
-		Flags: func(fs *flag.FlagSet) {
-			after.declare(fs)
-			fs.BoolVar(&listJSON, "json", false, "print one JSON document")
-		},
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			n, err := after.value()
-			if err != nil {
-				return err
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			if listJSON || e.ttyOut {
-				ws, err := wake.List(h.State, n)
-				if err != nil {
-					return err
-				}
-				if !listJSON {
-					return wakeTable(e, ws, n)
-				}
-				if ws == nil {
-					ws = []wake.Wake{}
-				}
-				return writeJSON(e, map[string]any{"wakes": ws})
-			}
-			// The queue's own lines, streamed: the queue may be long.
-			out := bufio.NewWriter(e.Stdout)
-			none := true
-			err = wake.Each(h.State, n, func(w wake.Wake) error {
-				none = false
-				_, err := out.WriteString(w.Line())
-				return err
-			})
-			if ferr := out.Flush(); err == nil {
-				err = ferr
-			}
-			if err == nil && none {
-				noWakes(e, n)
-			}
+// wakeListFlags are the flags of wake list.
+type wakeListFlags struct {
+	after afterFlag
+	json  bool
+}
+
+func (f *wakeListFlags) declare(fs *flag.FlagSet) {
+	f.after.declare(fs)
+	fs.BoolVar(&f.json, "json", false, "print one JSON document")
+}
+
+// wakeList is `fm wake list`.
+func wakeList(e *Env, f *wakeListFlags, args []string) error {
+	if err := need(args, 0, 0, "no arguments"); err != nil {
+		return err
+	}
+	n, err := f.after.value()
+	if err != nil {
+		return err
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	if f.json || e.ttyOut {
+		ws, err := wake.List(h.State, n)
+		if err != nil {
 			return err
-		},
+		}
+		if !f.json {
+			return wakeTable(e, ws, n)
+		}
+		if ws == nil {
+			ws = []wake.Wake{}
+		}
+		return writeJSON(e, map[string]any{"wakes": ws})
+	}
+	// The queue's own lines, streamed: the queue may be long.
+	out := bufio.NewWriter(e.Stdout)
+	none := true
+	err = wake.Each(h.State, n, func(w wake.Wake) error {
+		none = false
+		_, err := out.WriteString(w.Line())
+		return err
 	})
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	if err == nil && none {
+		noWakes(e, n)
+	}
+	return err
+}
 
-	var watchAfter afterFlag
-	register("wake", &Verb{
-		Name:    "watch",
-		Args:    "[--after <queue-seq>]",
-		Summary: "print the queued wakes, then each new one as it is appended, until TERM/INT",
-		Stream:  true,
-		Flags:   watchAfter.declare,
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			n, err := watchAfter.value()
-			if err != nil {
-				return err
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			return wake.Watch(e.Ctx, h.State, n, func(w wake.Wake) error {
-				_, err := fmt.Fprint(e.Stdout, w.Line())
-				return err
-			})
-		},
+// wakeWatch is `fm wake watch`.
+func wakeWatch(e *Env, after *afterFlag, args []string) error {
+	if err := need(args, 0, 0, "no arguments"); err != nil {
+		return err
+	}
+	n, err := after.value()
+	if err != nil {
+		return err
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	return wake.Watch(e.Ctx, h.State, n, func(w wake.Wake) error {
+		_, err := fmt.Fprint(e.Stdout, w.Line())
+		return err
 	})
+}
 
-	keep := procevent.DefaultCompactWindow
-	register("wake", &Verb{
-		Name:    "compact",
-		Args:    "[--keep <n>]",
-		Summary: "rewrite the wake queue to its latest wakes and the latest wake of each unhandled result, under the queue's lock; queue-seqs never go back",
-		Flags: func(fs *flag.FlagSet) {
-			fs.IntVar(&keep, "keep", keep, "how many of the latest wakes to keep")
-		},
-		Run: func(e *Env, args []string) error {
-			if err := need(args, 0, 0, "no arguments"); err != nil {
-				return err
-			}
-			if keep < 0 {
-				return errcode.New(errcode.Usage, "--keep %d must not be negative", keep)
-			}
-			h, err := e.Home()
-			if err != nil {
-				return err
-			}
-			res, err := procevent.CompactWakes(e.Ctx, h, keep)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "compacted: kept=%d dropped=%d last-seq=%d\n", res.Kept, res.Dropped, res.Mark)
-			return nil
-		},
-	})
+// compactFlags are the flags of wake compact.
+type compactFlags struct{ keep int }
+
+func (f *compactFlags) declare(fs *flag.FlagSet) {
+	fs.IntVar(&f.keep, "keep", procevent.DefaultCompactWindow, "how many of the latest wakes to keep")
+}
+
+// wakeCompact is `fm wake compact`.
+func wakeCompact(e *Env, f *compactFlags, args []string) error {
+	if err := need(args, 0, 0, "no arguments"); err != nil {
+		return err
+	}
+	if f.keep < 0 {
+		return errcode.New(errcode.Usage, "--keep %d must not be negative", f.keep)
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	res, err := procevent.CompactWakes(e.Ctx, h, f.keep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "compacted: kept=%d dropped=%d last-seq=%d\n", res.Kept, res.Dropped, res.Mark)
+	return nil
 }
 
 // noWakes is the line of a listing with no wake after queue-seq after, on a
