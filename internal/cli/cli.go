@@ -1,6 +1,8 @@
-// Package cli is fm's command line: one flag set per verb, output formatting
+// Package cli is fm's command line: the table of verbs (verbs.go), one named
+// function per verb, flag state made afresh for every run, output formatting
 // and exit codes. It holds no domain logic; every verb calls into the
-// packages that own the behaviour.
+// packages that own the behaviour. No function here is longer than 80 lines
+// (funclen_test.go).
 //
 // Conventions (CONTRACT §0):
 //   - `fm help`, `fm <group> --help` and `fm <group> <verb> --help` print

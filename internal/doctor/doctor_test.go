@@ -155,7 +155,7 @@ func TestUnresolvedHome(t *testing.T) {
 	}
 }
 
-// [HOME-3] a group-writable home warns: another user can rename what it
+// A group-writable home warns: another user can rename what it
 // holds.
 func TestWritableHome(t *testing.T) {
 	f := newFixture(t)
@@ -296,7 +296,7 @@ func TestTemps(t *testing.T) {
 	want(t, f.only("temps"), doctor.Warn, "", "1 temp file(s) or directories left by killed writers, first "+temp, "the next bind")
 }
 
-// [REG-1] [RUN-1] sources: registered without serve warns, a running serve
+// [REG-2] [RUN-1] sources: registered without serve warns, a running serve
 // is seen, unhandled results warn, and an extension source whose binding is
 // no longer enabled fails.
 func TestSourcesServeResults(t *testing.T) {
@@ -342,7 +342,7 @@ func TestSourcesServeResults(t *testing.T) {
 	want(t, f.only("source"), doctor.Fail, errcode.BindingMissing, `source "src" (fake from org.example.fake@1.0.0) is registered with binding `+b.Digest, "fm procevent retire src --if-owner")
 }
 
-// [CAP-2] a source whose sequence cannot advance fails, with what to do.
+// [CAP-1] [CAP-3] a source whose sequence cannot advance fails, with what to do.
 func TestSequenceExhausted(t *testing.T) {
 	f := newFixture(t)
 	f.bind()
