@@ -66,17 +66,10 @@ func (f *fixture) mode(verb, mode string) {
 	}
 }
 
+// write writes path with exactly mode, its missing parents private.
 func (f *fixture) write(path, text string, mode os.FileMode) {
 	f.t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(text), mode); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		f.t.Fatal(err)
-	}
+	testpkg.WriteFile(f.t, path, text, 0o700, mode)
 }
 
 func (f *fixture) chmod(path string, mode os.FileMode) {

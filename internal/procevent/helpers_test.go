@@ -91,15 +91,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) write(path, data string, mode os.FileMode) {
 	f.t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(data), mode); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		f.t.Fatal(err)
-	}
+	testpkg.WriteFile(f.t, path, data, 0o700, mode)
 }
 
 // makePackage writes the fake package at dir.

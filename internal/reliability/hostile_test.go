@@ -173,15 +173,7 @@ func hostileCorpus(w *world) []hostile {
 	}
 	write := func(path, data string, mode os.FileMode) {
 		w.t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			w.t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), mode); err != nil {
-			w.t.Fatal(err)
-		}
-		if err := os.Chmod(path, mode); err != nil {
-			w.t.Fatal(err)
-		}
+		testpkg.WriteFile(w.t, path, data, 0o755, mode)
 	}
 	must := w.must
 	root := os.Getuid() == 0

@@ -82,3 +82,18 @@ func Home(t testing.TB) (h *home.Home, pkg string) {
 	}
 	return &home.Home{Root: dir, Dir: hd, State: filepath.Join(hd, "state")}, pkg
 }
+
+// WriteFile writes data to path with exactly mode (whatever the umask),
+// creating missing parent directories with parentMode, or fails the test.
+func WriteFile(t testing.TB, path, data string, parentMode, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), parentMode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
