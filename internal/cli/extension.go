@@ -65,6 +65,17 @@ func (f *bindFlags) options(dir string) (host.BindOptions, error) {
 	return opts, nil
 }
 
+// bindOptions checks the bind flags for the package directory dir, then
+// resolves the home: the opening of bind and receive-transfer-bind.
+func (e *Env) bindOptions(f *bindFlags, dir string) (*home.Home, host.BindOptions, error) {
+	opts, err := f.options(dir)
+	if err != nil {
+		return nil, opts, err
+	}
+	h, err := e.Home()
+	return h, opts, err
+}
+
 // args returns the flags as command-line arguments, for forwarding a bind to
 // another home.
 func (f *bindFlags) args() []string {
@@ -103,11 +114,7 @@ func extensionBind(e *Env, bf *bindFlags, args []string) error {
 	if !filepath.IsAbs(dir) {
 		return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
 	}
-	opts, err := bf.options(dir)
-	if err != nil {
-		return err
-	}
-	h, err := e.Home()
+	h, opts, err := e.bindOptions(bf, dir)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/remote"
 )
 
@@ -51,11 +52,7 @@ opts:
 	if g := args[1]; !slices.Contains(remote.Commands, g) {
 		return errcode.New(errcode.Usage, "%q is not an fm command that runs in a secondmate home (%s)", g, strings.Join(remote.Commands, ", "))
 	}
-	h, err := e.Home()
-	if err != nil {
-		return err
-	}
-	r, err := remote.Lookup(h, args[0])
+	_, r, err := e.route(args[0])
 	if err != nil {
 		return err
 	}
@@ -66,6 +63,16 @@ opts:
 		}
 	}
 	return runOn(e, r, args[1:], stdin, jobTimeout(timeout), nil)
+}
+
+// route resolves the home and the route of secondmate id in it.
+func (e *Env) route(id string) (*home.Home, *remote.Route, error) {
+	h, err := e.Home()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := remote.Lookup(h, id)
+	return h, r, err
 }
 
 // jobTimeout is the caller's --timeout when given, else remote.DefaultTimeout.

@@ -33,11 +33,7 @@ func extensionReceiveTransferBind(e *Env, rf *bindFlags, args []string) error {
 	if err := need(args, 0, 0, "no positional arguments (the envelope is read from stdin)"); err != nil {
 		return err
 	}
-	opts, err := rf.options("")
-	if err != nil {
-		return err
-	}
-	h, err := e.Home()
+	h, opts, err := e.bindOptions(rf, "")
 	if err != nil {
 		return err
 	}
@@ -78,11 +74,7 @@ func extensionRemoteBind(e *Env, f *remoteBindFlags, args []string) error {
 		}
 		timeout = &d
 	}
-	h, err := e.Home()
-	if err != nil {
-		return err
-	}
-	r, err := remote.Lookup(h, args[0])
+	h, r, err := e.route(args[0])
 	if err != nil {
 		return err
 	}
