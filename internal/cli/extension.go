@@ -11,11 +11,10 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
-	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/manifest"
-	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -230,7 +229,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			kept, err := host.RetireBinding(e.Ctx, h, args[0], retireDigest, bindingPreflight(h))
+			kept, err := retire.Binding(e.Ctx, h, args[0], retireDigest)
 			if err != nil {
 				return err
 			}
@@ -302,8 +301,3 @@ func writeJSON(e *Env, v any) error {
 	_, err = e.Stdout.Write(data)
 	return err
 }
-
-// bindingPreflight is the process-event core's dependency check for
-// retire-binding and retire-transfer: registrations and unhandled results
-// that depend on the binding refuse its retirement.
-func bindingPreflight(h *home.Home) host.Preflight { return procevent.Preflight(h) }

@@ -134,7 +134,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			res, err := transfer.Retire(e.Ctx, h, args[0], transferDigest, bindingDigest, bindingPreflight(h))
+			res, err := transfer.Retire(e.Ctx, h, args[0], transferDigest, bindingDigest)
 			if err != nil {
 				return err
 			}
