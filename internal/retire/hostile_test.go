@@ -141,7 +141,7 @@ func TestTransferUnitSwappedBeforeMove(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	_, err := transfer.Retire(context.Background(), h, fakeID, "sha256:"+filepath.Base(r.Unit), r.Binding.Digest)
+	_, err := transfer.Retire(context.Background(), h, fakeID, r.TransferDigest, r.Binding.Digest)
 	if !errcode.Is(err, errcode.LinkUnsafe) {
 		t.Fatalf("%v, want link-unsafe", err)
 	}

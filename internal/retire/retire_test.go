@@ -216,7 +216,7 @@ func TestOneBindingMoveStep(t *testing.T) {
 		retire func(h *home.Home, b *binding.Binding) (kept string, err error)
 		none   func(h *home.Home, b *binding.Binding) string // where a refused move must leave nothing
 	}
-	var unit string
+	var rcv *transfer.Received // retire-transfer's current receive
 	verbs := []verb{
 		{"retire-binding", bound,
 			func(h *home.Home, b *binding.Binding) (string, error) {
@@ -228,18 +228,17 @@ func TestOneBindingMoveStep(t *testing.T) {
 		{"retire-transfer",
 			func(t *testing.T) (*home.Home, *binding.Binding) {
 				h, r := received(t)
-				unit = r.Unit
+				rcv = r
 				return h, r.Binding
 			},
 			func(h *home.Home, b *binding.Binding) (string, error) {
-				td := "sha256:" + filepath.Base(unit)
-				res, err := transfer.Retire(ctx, h, fakeID, td, b.Digest)
+				res, err := transfer.Retire(ctx, h, fakeID, rcv.TransferDigest, b.Digest)
 				if err != nil {
 					return "", err
 				}
 				return filepath.Join(res.At, transfer.BindingFile), nil
 			},
-			func(h *home.Home, b *binding.Binding) string { return filepath.Join(unit, transfer.BindingFile) }},
+			func(h *home.Home, b *binding.Binding) string { return filepath.Join(rcv.Unit, transfer.BindingFile) }},
 	}
 	results := map[string]retained{}
 	for _, v := range verbs {
