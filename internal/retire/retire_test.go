@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rogpeppe/go-internal/testscript"
-
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/cli"
 	"firstmate.dev/fm/internal/errcode"
@@ -24,14 +22,18 @@ import (
 )
 
 // The tests run real packages (testpkg's fake, adapter "fake") bound or
-// received into throwaway homes, and "fm" is this test binary, which
-// testscript.Main installs in PATH.
+// received into throwaway homes; the CLI is this test binary run as fm
+// (envPlayFM).
 func TestMain(m *testing.M) {
 	launch.MaybeBarrier()
-	testscript.Main(m, map[string]func(){
-		"fm": func() { os.Exit(cli.Run()) },
-	})
+	if os.Getenv(envPlayFM) != "" {
+		os.Exit(cli.Run())
+	}
+	os.Exit(m.Run())
 }
+
+// envPlayFM makes the test binary run as fm with its arguments.
+const envPlayFM = "FM_TEST_RETIRE_PLAY_FM"
 
 const fakeID = "org.example.fake"
 
@@ -69,13 +71,13 @@ func received(t *testing.T) (*home.Home, *transfer.Received) {
 // fm runs the CLI in home h and returns its stdout, stderr and exit status.
 func fm(t *testing.T, h *home.Home, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command("fm", args...)
+	cmd := exec.Command(os.Args[0], args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FM_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "FM_HOME="+h.Dir, "FM_ROOT_OVERRIDE="+h.Root)
+	cmd.Env = append(cmd.Env, envPlayFM+"=1", "FM_HOME="+h.Dir, "FM_ROOT_OVERRIDE="+h.Root)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
