@@ -16,7 +16,6 @@
 package binding
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -28,8 +27,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
@@ -384,41 +381,4 @@ func Publish(h *home.Home, r *Record) (*Binding, error) {
 		return nil, err
 	}
 	return &Binding{Record: *r, Path: final, Digest: Digest(data)}, nil
-}
-
-// Retire moves exactly the binding file with digest into
-// retired-bindings/<id>/<digest-hex>.json and returns that path. The file is
-// re-read through the same rules and its digest compared right before the
-// move, so a concurrent replacement is never retired by a stale caller.
-func Retire(h *home.Home, b *Binding) (string, error) {
-	data, err := fsutil.ReadPrivateFile(b.Path, MaxBytes)
-	if err != nil {
-		return "", err
-	}
-	if Digest(data) != b.Digest {
-		return "", errcode.New(errcode.OwnerMismatch, "binding %q changed since it was validated; re-run with its current digest", b.Path)
-	}
-	dir := filepath.Join(h.RetiredBindings(), b.ExtensionID)
-	if err := home.EnsurePrivate(dir, false); err != nil {
-		return "", err
-	}
-	dst := filepath.Join(dir, Hex(b.Digest)+".json")
-	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst); err != nil {
-		if err == unix.EEXIST {
-			// The same bytes were retired before and restored by copy:
-			// the retained file is identical by digest, so drop this one.
-			old, rerr := os.ReadFile(dst)
-			if rerr == nil && bytes.Equal(old, data) {
-				if err := os.Remove(b.Path); err != nil {
-					return "", errcode.Wrap(errcode.Internal, err, "remove binding %q", b.Path)
-				}
-				return dst, fsutil.SyncDir(filepath.Dir(b.Path))
-			}
-		}
-		return "", errcode.Wrap(errcode.Internal, err, "retire binding %q", b.Path)
-	}
-	if err := fsutil.SyncDir(filepath.Dir(b.Path)); err != nil {
-		return "", err
-	}
-	return dst, fsutil.SyncDir(dir)
 }

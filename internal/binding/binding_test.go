@@ -202,35 +202,6 @@ func TestRegistryAtBound(t *testing.T) {
 	}
 }
 
-// [LIFE-2] retirement moves exactly that file, keeps it restorable.
-func TestRetire(t *testing.T) {
-	h := testHome(t)
-	b := publish(t, h, "org.example.a", "a")
-	kept, err := Retire(h, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := filepath.Join(h.RetiredBindings(), "org.example.a", Hex(b.Digest)+".json"); kept != want {
-		t.Fatalf("kept at %s want %s", kept, want)
-	}
-	if bs, _ := Load(h); len(bs) != 0 {
-		t.Fatal("binding still enabled")
-	}
-	if err := os.Rename(kept, b.Path); err != nil {
-		t.Fatal(err)
-	}
-	bs, err := Load(h)
-	if err != nil || len(bs) != 1 || bs[0].Digest != b.Digest {
-		t.Fatalf("restore failed: %v %v", bs, err)
-	}
-	// A stale caller never retires a replacement.
-	stale := *bs[0]
-	stale.Digest = "sha256:" + strings.Repeat("0", 64)
-	if _, err := Retire(h, &stale); errcode.Of(err) != errcode.OwnerMismatch {
-		t.Fatalf("stale retire: %v", err)
-	}
-}
-
 // [BND-4] [OP-3] [RUN-3] A record retired between the registry's listing
 // and its read is not there, never a malformed registry: Load lists again
 // and returns what is there; a record replaced meanwhile is read as its new
@@ -245,7 +216,7 @@ func TestLoadVanished(t *testing.T) {
 	lists := 0
 	afterList = func([]string) {
 		if lists++; lists == 1 {
-			if _, err := Retire(h, z); err != nil {
+			if err := os.Rename(z.Path, filepath.Join(h.Dir, "retired.json")); err != nil {
 				t.Fatal(err)
 			}
 		}

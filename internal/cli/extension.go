@@ -15,7 +15,7 @@ import (
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/manifest"
-	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -223,7 +223,7 @@ func extensionRetireBinding(e *Env, f *retireBindingFlags, args []string) error 
 	if err != nil {
 		return err
 	}
-	kept, err := host.RetireBinding(e.Ctx, h, args[0], f.digest, bindingPreflight(h))
+	kept, err := retire.Binding(e.Ctx, h, args[0], f.digest)
 	if err != nil {
 		return err
 	}
@@ -292,8 +292,3 @@ func writeJSON(e *Env, v any) error {
 	_, err = e.Stdout.Write(data)
 	return err
 }
-
-// bindingPreflight is the process-event core's dependency check for
-// retire-binding and retire-transfer: registrations and unhandled results
-// that depend on the binding refuse its retirement.
-func bindingPreflight(h *home.Home) host.Preflight { return procevent.Preflight(h) }

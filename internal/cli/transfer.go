@@ -112,7 +112,7 @@ func extensionRetireTransfer(e *Env, f *retireTransferFlags, args []string) erro
 	if err != nil {
 		return err
 	}
-	res, err := transfer.Retire(e.Ctx, h, args[0], f.transferDigest, f.bindingDigest, bindingPreflight(h))
+	res, err := transfer.Retire(e.Ctx, h, args[0], f.transferDigest, f.bindingDigest)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // Package host is the extension host: it binds a package into a home,
 // resolves and revalidates bindings, and runs the handshake and invocations
-// of the executable protocol (CONTRACT §4-§7, §13 retire-binding).
+// of the executable protocol (CONTRACT §4-§7).
 //
 // The order of every invocation is fixed: re-read the binding file and compare
 // its digest; rescan the complete installed tree (canonical confinement,
@@ -105,7 +105,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		}
 		defer lock.Release()
 	}
-	sweepTemps(h)
+	SweepTemps(h)
 	existing, err := binding.Load(h)
 	if err != nil {
 		return nil, err
@@ -708,62 +708,6 @@ func Verify(ctx context.Context, h *home.Home, id string) ([]*binding.Binding, e
 		}
 	}
 	return bs, nil
-}
-
-// Preflight refuses retirement while something depends on a binding. The
-// process-event core supplies one that checks registrations and unhandled
-// results.
-type Preflight func(b *binding.Binding) error
-
-// RetireBinding moves exactly the binding of id whose digest is digest into
-// retired-bindings, after full validation and the dependency preflight,
-// under the lifecycle lock ([LIFE-2]), and returns the retained path. Its
-// wait for the lock ends when ctx does ([LIFE-1]). A binding that does not
-// exist is binding-missing before any lock (or lock file) is taken, so a
-// failed retire on a fresh home creates nothing ([HOME-5]). The registry is
-// read with binding.LoadForRetire: an adapter conflict involving id does not
-// refuse its retirement, which is how the operator undoes it.
-func RetireBinding(ctx context.Context, h *home.Home, id, digest string, preflight Preflight) (string, error) {
-	if !binding.CheckDigest(digest) {
-		return "", errcode.New(errcode.Usage, "--if-binding-digest %q must be sha256:<64 lowercase hex>", digest)
-	}
-	if bs, err := binding.LoadForRetire(h, id); err != nil {
-		return "", err
-	} else if _, err := binding.Find(bs, id); err != nil {
-		return "", err
-	}
-	lock, err := lifecycle.Acquire(ctx, h)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Release()
-	sweepTemps(h)
-	bs, err := binding.LoadForRetire(h, id)
-	if err != nil {
-		return "", err
-	}
-	b, err := binding.Find(bs, id)
-	if err != nil {
-		return "", err
-	}
-	if b.Digest != digest {
-		return "", errcode.New(errcode.OwnerMismatch, "binding %s has digest %s, not %s; inspect it and retry with the current digest", id, b.Digest, digest)
-	}
-	if strings.HasPrefix(b.Source.Path, h.Staging()+string(filepath.Separator)) {
-		return "", errcode.New(errcode.TransferExists, "binding %s was received by transfer; retire it with fm extension retire-transfer", id)
-	}
-	if err := Revalidate(&b.Record); err != nil {
-		return "", err
-	}
-	if preflight != nil {
-		if err := preflight(b); err != nil {
-			return "", err
-		}
-	}
-	if err := ReleaseInvocations(h, b.Digest); err != nil {
-		return "", err
-	}
-	return binding.Retire(h, b)
 }
 
 // ReleaseInvocations resolves the owner records of dead hosts that pin

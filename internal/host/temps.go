@@ -30,11 +30,11 @@ func TempDirs(h *home.Home) []string {
 	return dirs
 }
 
-// sweepTemps removes what killed lifecycle-lock holders left in TempDirs:
+// SweepTemps removes what killed lifecycle-lock holders left in TempDirs:
 // partial store copies and unpublished bindings. The caller holds the
 // lifecycle lock. It is best effort: what it cannot remove stays, and fm
 // doctor reports it.
-func sweepTemps(h *home.Home) {
+func SweepTemps(h *home.Home) {
 	for _, d := range TempDirs(h) {
 		fsutil.SweepTemps(d, true)
 	}

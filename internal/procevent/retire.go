@@ -8,7 +8,6 @@ import (
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
-	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
 )
@@ -198,9 +197,9 @@ func Sweep(ctx context.Context, h *home.Home, preflight bool) (int, error) {
 	return len(regs), nil
 }
 
-// Preflight is the process-event dependency check of retire-binding
-// ([LIFE-2]): it refuses (binding-in-use) while a registration or an
-// unhandled captured result depends on the binding.
+// Preflight is the process-event dependency check of every retirement of a
+// binding ([LIFE-2]; retire.Enabled calls it): it refuses (binding-in-use)
+// while a registration or an unhandled captured result depends on b.
 //
 // Dependence is by binding digest, the exact identity: an extension
 // registration depends on the binding it was registered with (its
@@ -210,26 +209,24 @@ func Sweep(ctx context.Context, h *home.Home, preflight bool) (int, error) {
 // same extension id does not pin this one (it can no longer run against it
 // anyway). A registry or inbox that cannot be read refuses too: no
 // dependency can then be ruled out.
-func Preflight(h *home.Home) host.Preflight {
-	return func(b *binding.Binding) error {
-		regs, err := Sources(h)
-		if err != nil {
-			return err
-		}
-		for _, r := range regs {
-			if r.External() && r.BindingDigest == b.Digest {
-				return errcode.New(errcode.BindingInUse, "source %q is registered with binding %s; retire it first (fm procevent retire %s --if-owner <its owner token>)", r.SourceID, b.Digest, r.SourceID)
-			}
-		}
-		results, err := Inbox(h)
-		if err != nil {
-			return err
-		}
-		for _, res := range results {
-			if !res.Handled && res.dependsOn(b) {
-				return errcode.New(errcode.BindingInUse, "captured result %q of binding %s is unhandled; handle it first (fm procevent handled %s %d)", res.Path, b.Digest, res.SourceID, res.Sequence)
-			}
-		}
-		return nil
+func Preflight(h *home.Home, b *binding.Binding) error {
+	regs, err := Sources(h)
+	if err != nil {
+		return err
 	}
+	for _, r := range regs {
+		if r.External() && r.BindingDigest == b.Digest {
+			return errcode.New(errcode.BindingInUse, "source %q is registered with binding %s; retire it first (fm procevent retire %s --if-owner <its owner token>)", r.SourceID, b.Digest, r.SourceID)
+		}
+	}
+	results, err := Inbox(h)
+	if err != nil {
+		return err
+	}
+	for _, res := range results {
+		if !res.Handled && res.dependsOn(b) {
+			return errcode.New(errcode.BindingInUse, "captured result %q of binding %s is unhandled; handle it first (fm procevent handled %s %d)", res.Path, b.Digest, res.SourceID, res.Sequence)
+		}
+	}
+	return nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/host"
-	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/retire"
 )
 
 // [REG-1] [RUN-1] [CAP-4] [CAP-5] [HOME-1]: the real built-in file-watch adapter:
@@ -126,21 +126,21 @@ func TestRetireBindingPreflight(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	b := f.bind()
-	retire := func() error {
-		_, err := host.RetireBinding(context.Background(), f.h, extID, b.Digest, procevent.Preflight(f.h))
+	retireBinding := func() error {
+		_, err := retire.Binding(context.Background(), f.h, extID, b.Digest)
 		return err
 	}
 	tok := f.registerExt("s1")
-	if err := retire(); !errcode.Is(err, errcode.BindingInUse) || !strings.Contains(err.Error(), `source "s1"`) {
+	if err := retireBinding(); !errcode.Is(err, errcode.BindingInUse) || !strings.Contains(err.Error(), `source "s1"`) {
 		t.Fatalf("with a registration: %v", err)
 	}
 	f.ok("procevent", "start", "s1")
 	f.ok("procevent", "retire", "s1", "--if-owner", tok)
-	if err := retire(); !errcode.Is(err, errcode.BindingInUse) || !strings.Contains(err.Error(), "s1.1.result") {
+	if err := retireBinding(); !errcode.Is(err, errcode.BindingInUse) || !strings.Contains(err.Error(), "s1.1.result") {
 		t.Fatalf("with an unhandled result: %v", err)
 	}
 	f.ok("procevent", "handled", "s1", "1")
-	if err := retire(); err != nil {
+	if err := retireBinding(); err != nil {
 		t.Fatalf("after handled and retire: %v", err)
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/internal/testpkg"
 )
@@ -207,7 +207,7 @@ func TestInboxWithoutRegistry(t *testing.T) {
 	if err := os.Symlink(moved, f.h.Inbox()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := host.RetireBinding(context.Background(), f.h, extID, b.Digest, procevent.Preflight(f.h)); err == nil {
+	if _, err := retire.Binding(context.Background(), f.h, extID, b.Digest); err == nil {
 		t.Fatal("retire-binding passed with an unreadable inbox")
 	}
 	if _, err := os.Stat(filepath.Join(f.h.Dir, "config", "extensions.d", extID+".json")); err != nil {

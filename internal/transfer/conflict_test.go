@@ -44,7 +44,7 @@ func TestRetireTransferUndoesConflict(t *testing.T) {
 	if !strings.Contains(err.Error(), "retire-binding "+exampleID+" --if-binding-digest "+r.Binding.Digest) || !strings.Contains(err.Error(), "retire-binding org.example.other --if-binding-digest "+b.Digest) {
 		t.Fatalf("the conflict does not name both bindings and their retire commands: %v", err)
 	}
-	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil); err != nil {
+	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest); err != nil {
 		t.Fatalf("retire-transfer of one of two conflicting bindings: %v", err)
 	}
 	bs, err := binding.Load(h)

@@ -11,10 +11,10 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
-	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/lifecycle"
 	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/pkgtree"
+	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -38,18 +38,20 @@ type Retired struct {
 // it, and whose version is the version directory's name; a staged package
 // whose tree matches that manifest entry by entry and by tree digest; then
 // the binding (below). Then it makes two moves: the enabled binding file into
-// the unit as binding.json (the binding is disabled from here on), and the
-// unit into retired-staging/<id>/<version>/<transfer-hex>. Both are renames
-// that replace nothing, so moving them back restores the binding.
+// the unit as binding.json (retire.Enabled, the one retirement sequence of a
+// binding; the binding is disabled from here on), and the unit into
+// retired-staging/<id>/<version>/<transfer-hex>. Both are renames that
+// replace nothing, so moving them back restores the binding.
 //
 // The binding is either
 //
-//   - enabled, with no binding.json in the unit (nothing moved yet): its
-//     digest must be bindingDigest (else owner-mismatch, as for
-//     retire-binding), it must be this transfer's binding (source.path is
-//     the unit's package/, same version, package digest and manifest
-//     digest), its installed package must revalidate, and nothing may depend
-//     on it (preflight, then the invocation records: binding-in-use);
+//   - enabled, with no binding.json in the unit (nothing moved yet): it is
+//     retired by retire.Enabled, as retire-binding retires: its digest must
+//     be bindingDigest (else owner-mismatch), it must be this transfer's
+//     binding (source.path is the unit's package/, same version, package
+//     digest and manifest digest), its installed package must revalidate,
+//     and nothing may depend on it (the process-event preflight, then the
+//     invocation records: binding-in-use);
 //   - or not enabled, with binding.json in the unit: the state of a retire
 //     interrupted between its two moves. It resumes (only the second move is
 //     left) only when that file's digest is exactly bindingDigest and it is
@@ -58,7 +60,7 @@ type Retired struct {
 // Enabled and moved at once, or a unit both staged and retired, is
 // retirement-partial: the pieces no longer form one identity and are left
 // for the operator. Neither is binding-missing.
-func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest string, preflight host.Preflight) (*Retired, error) {
+func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest string) (*Retired, error) {
 	if err := manifest.CheckID(id); err != nil {
 		return nil, errcode.New(errcode.Usage, "extension %v", err)
 	}
@@ -113,24 +115,8 @@ func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest
 	case enabled != nil && moved:
 		return nil, errcode.New(errcode.RetirementPartial, "binding %s of %s is enabled at %s and also retained at %s; resolve it by hand", enabled.Digest, id, enabled.Path, kept)
 	case enabled != nil:
-		if enabled.Digest != bindingDigest {
-			return nil, errcode.New(errcode.OwnerMismatch, "binding %s has digest %s, not %s; inspect it and retry with the current digest", id, enabled.Digest, bindingDigest)
-		}
-		if err := u.owns(&enabled.Record, enabled.Path); err != nil {
-			return nil, err
-		}
-		if err := host.Revalidate(&enabled.Record); err != nil {
-			return nil, err
-		}
-		if preflight != nil {
-			if err := preflight(enabled); err != nil {
-				return nil, err
-			}
-		}
-		if err := host.ReleaseInvocations(h, enabled.Digest); err != nil {
-			return nil, err
-		}
-		if err := moveBinding(enabled, kept); err != nil {
+		owns := func(b *binding.Binding) error { return u.owns(&b.Record, b.Path) }
+		if err := retire.Enabled(h, enabled, bindingDigest, owns, kept); err != nil {
 			return nil, err
 		}
 	case moved:
@@ -265,18 +251,4 @@ func (u *unit) resumable(h *home.Home, kept, digest string) error {
 		return err
 	}
 	return u.owns(&rec, kept)
-}
-
-// moveBinding moves exactly the enabled binding b to dst: the file is re-read
-// right before the move and must still have b's digest, so a concurrent
-// replacement is never moved by a stale caller.
-func moveBinding(b *binding.Binding, dst string) error {
-	data, err := fsutil.ReadPrivateFile(b.Path, binding.MaxBytes)
-	if err != nil {
-		return err
-	}
-	if binding.Digest(data) != b.Digest {
-		return errcode.New(errcode.OwnerMismatch, "binding %s changed since it was validated; re-run with its current digest", b.Path)
-	}
-	return rename(b.Path, dst)
 }

@@ -22,6 +22,8 @@ import (
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/pkgtree"
+	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -796,7 +798,7 @@ func TestReceiveDuplicate(t *testing.T) {
 	if !strings.Contains(err.Error(), r.TransferDigest) || !strings.Contains(err.Error(), r.Unit) {
 		t.Errorf("duplicate refusal %q does not name the transfer and its unit", err)
 	}
-	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil); err != nil {
+	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
@@ -877,11 +879,11 @@ func TestReceiveFailedBindRetires(t *testing.T) {
 // and a transferred binding is not retire-binding's to retire ([LIFE-2]).
 func TestRetireTransfer(t *testing.T) {
 	h, r := receive(t)
-	_, err := host.RetireBinding(context.Background(), h, exampleID, r.Binding.Digest, nil)
+	_, err := retire.Binding(context.Background(), h, exampleID, r.Binding.Digest)
 	if err == nil || !strings.Contains(err.Error(), "retire-transfer") {
 		t.Fatalf("retire-binding of a transferred binding: %v", err)
 	}
-	res, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+	res, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -902,7 +904,7 @@ func TestRetireTransfer(t *testing.T) {
 	if _, err := os.Lstat(r.Binding.PackageRoot); err != nil {
 		t.Errorf("installed package removed: %v", err)
 	}
-	_, err = Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+	_, err = Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest)
 	wantCode(t, err, errcode.TransferMissing)
 
 	// Moving both back restores the binding.
@@ -917,12 +919,14 @@ func TestRetireTransfer(t *testing.T) {
 	}
 }
 
-// TestRetireTransferPreflight checks that a dependency refuses before
-// anything moves.
+// TestRetireTransferPreflight checks that a dependency (here a source
+// registered with the binding) refuses before anything moves ([LIFE-2]).
 func TestRetireTransferPreflight(t *testing.T) {
 	h, r := receive(t)
-	busy := func(*binding.Binding) error { return errcode.New(errcode.BindingInUse, "a registration depends on it") }
-	_, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, busy)
+	if _, err := procevent.RegisterExtension(context.Background(), h, "file-signal", "s1", "ref"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest)
 	wantCode(t, err, errcode.BindingInUse)
 	if bs, _ := binding.Load(h); len(bs) != 1 {
 		t.Error("binding moved despite the preflight")
@@ -1027,7 +1031,7 @@ func TestRetireTransferTampered(t *testing.T) {
 			h, r := receive(t)
 			td, bd := c.tamper(t, h, r)
 			before := snapshot(t, h)
-			_, err := Retire(context.Background(), h, exampleID, td, bd, nil)
+			_, err := Retire(context.Background(), h, exampleID, td, bd)
 			wantCode(t, err, c.code)
 			if after := snapshot(t, h); !slices.Equal(before, after) {
 				t.Errorf("a refused retire changed the home:\nbefore %q\nafter  %q", before, after)
@@ -1038,7 +1042,7 @@ func TestRetireTransferTampered(t *testing.T) {
 	t.Run("interrupted between the two moves resumes", func(t *testing.T) {
 		h, r := receive(t)
 		moveBinding(t, r)
-		res, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+		res, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest)
 		if err != nil {
 			t.Fatalf("resume: %v", err)
 		}
@@ -1137,7 +1141,7 @@ func TestReceiveKilledAfterStaging(t *testing.T) {
 	}
 	_, err = Receive(context.Background(), h, bytes.NewReader(data), exampleOptions)
 	wantCode(t, err, errcode.TransferExists)
-	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil); err != nil {
+	if _, err := Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest); err != nil {
 		t.Fatalf("retire-transfer of the resumed transfer: %v", err)
 	}
 

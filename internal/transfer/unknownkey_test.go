@@ -22,7 +22,7 @@ func TestReceiptUnknownKeyNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, p, bytes.Replace(data, []byte("{\n"), []byte("{\n  \"zz_extra\": 1,\n"), 1), 0o600)
-	_, err = Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest, nil)
+	_, err = Retire(context.Background(), h, exampleID, r.TransferDigest, r.Binding.Digest)
 	wantCode(t, err, errcode.SchemaInvalid)
 	if !strings.Contains(err.Error(), `unknown key at "/zz_extra"`) || !strings.Contains(err.Error(), p) {
 		t.Fatalf("message %q does not name the key and the file", err)
