@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -92,12 +93,10 @@ func CheckDir(path string, r DirRule) error {
 
 func (r DirRule) openErr(path string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return &errcode.Error{Code: errcode.PathUnsafe, Msg: r.what() + " " + quote(path) + " is missing", Err: os.ErrNotExist}
+		return &errcode.Error{Code: errcode.PathUnsafe, Msg: fmt.Sprintf("%s %q is missing", r.what(), path), Err: os.ErrNotExist}
 	}
 	return errcode.Wrap(errcode.PathUnsafe, err, "open %s %q", r.what(), path)
 }
-
-func quote(s string) string { return errcode.New("", "%q", s).Msg }
 
 // check applies r to st, the status of the directory path.
 func (r DirRule) check(p string, st *unix.Stat_t) error {
@@ -129,15 +128,22 @@ func (r DirRule) check(p string, st *unix.Stat_t) error {
 // fstatat(parent, name, AT_SYMLINK_NOFOLLOW)): a child opened by path, then
 // proved this way, was not swapped between its parent's pin and its own.
 func SameEntry(parent *os.File, name string, child *os.File) error {
+	return sameAs(int(parent.Fd()), name, child, "while it was being opened; refusing to use it")
+}
+
+// sameAs proves that the pinned directory f is the entry name of the
+// directory dirfd (unix.AT_FDCWD: name is a path); when it is not, the
+// error says f was replaced, then when.
+func sameAs(dirfd int, name string, f *os.File, when string) error {
 	var a, b unix.Stat_t
-	if err := unix.Fstatat(int(parent.Fd()), name, &a, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", child.Name())
+	if err := unix.Fstatat(dirfd, name, &a, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", f.Name())
 	}
-	if err := unix.Fstat(int(child.Fd()), &b); err != nil {
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", child.Name())
+	if err := unix.Fstat(int(f.Fd()), &b); err != nil {
+		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", f.Name())
 	}
 	if a.Dev != b.Dev || a.Ino != b.Ino {
-		return errcode.New(errcode.PathUnsafe, "directory %q was replaced while it was being opened; refusing to use it", child.Name())
+		return errcode.New(errcode.PathUnsafe, "directory %q was replaced %s", f.Name(), when)
 	}
 	return nil
 }
@@ -151,15 +157,5 @@ func Recheck(dir *os.File, r DirRule) error {
 	if err := CheckDir(dir.Name(), r); err != nil {
 		return err
 	}
-	var a, b unix.Stat_t
-	if err := unix.Lstat(dir.Name(), &a); err != nil {
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", dir.Name())
-	}
-	if err := unix.Fstat(int(dir.Fd()), &b); err != nil {
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", dir.Name())
-	}
-	if a.Dev != b.Dev || a.Ino != b.Ino {
-		return errcode.New(errcode.PathUnsafe, "directory %q was replaced after it was checked; refusing to write (restore it, then retry)", dir.Name())
-	}
-	return nil
+	return sameAs(unix.AT_FDCWD, dir.Name(), dir, "after it was checked; refusing to write (restore it, then retry)")
 }

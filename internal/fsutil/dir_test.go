@@ -111,6 +111,8 @@ func TestDirRuleRefuses(t *testing.T) {
 		{filepath.Join(base, "gr"), DirRule{Perm: OwnerOnly}, errcode.ModeUnsafe},
 		{filepath.Join(base, "gr"), DirRule{Perm: Exact0700}, errcode.ModeUnsafe},
 		{mk("x", 0o711), DirRule{Perm: OwnerOnly}, errcode.ModeUnsafe},
+		{mk("o", 0o701), DirRule{Perm: OwnerOnly}, errcode.ModeUnsafe},
+		{filepath.Join(base, "o"), DirRule{}, ""},
 		{mk("open", 0o777), DirRule{Perm: AnyPerm}, ""},
 		{below, DirRule{}, ""},
 		{below, DirRule{Canonical: true}, errcode.PathUnsafe},
