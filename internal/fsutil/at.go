@@ -54,8 +54,8 @@ type NewOptions struct {
 type Pending struct {
 	dir  *os.File // where the file is written
 	to   *os.File // where it is published
-	f    *os.File
-	tmp  string // its name in dir; "" while unnamed
+	fd   int      // the open file; -1 once closed
+	tmp  string   // its name in dir; "" while unnamed
 	sync bool
 }
 
@@ -85,7 +85,7 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 	if to == nil {
 		to = dir
 	}
-	p := &Pending{dir: dir, to: to, f: os.NewFile(uintptr(fd), filepath.Join(dir.Name(), o.Temp)), tmp: o.Temp, sync: !o.NoSync}
+	p := &Pending{dir: dir, to: to, fd: fd, tmp: o.Temp, sync: !o.NoSync}
 	if err := unix.Fchmod(fd, mode); err != nil {
 		p.Abort()
 		return nil, err
@@ -93,18 +93,30 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 	return p, nil
 }
 
-// Write appends b to the file.
-func (p *Pending) Write(b []byte) (int, error) { return p.f.Write(b) }
-
-// File is the open file, for what Write cannot do (set its times).
-func (p *Pending) File() *os.File { return p.f }
+// Write appends b to the file, all of it or an error. It is a raw write(2)
+// on the descriptor: an os.File would cost an fcntl(2) on every owner
+// record of every invocation.
+func (p *Pending) Write(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Write(p.fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
 
 // Abort drops the file: closed, and its temp name removed. It may be called
 // after a publish (it then does nothing) and more than once.
 func (p *Pending) Abort() {
-	if p.f != nil {
-		p.f.Close()
-		p.f = nil
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
 		if p.tmp != "" {
 			unix.Unlinkat(int(p.dir.Fd()), p.tmp, 0)
 		}
@@ -114,7 +126,7 @@ func (p *Pending) Abort() {
 // finish makes the written bytes durable (unless NoSync).
 func (p *Pending) finish() error {
 	if p.sync {
-		return p.f.Sync()
+		return unix.Fsync(p.fd)
 	}
 	return nil
 }
@@ -122,8 +134,8 @@ func (p *Pending) finish() error {
 // done closes the published file and fsyncs the directories (unless
 // NoSync).
 func (p *Pending) done() error {
-	p.f.Close()
-	p.f = nil
+	unix.Close(p.fd)
+	p.fd = -1
 	return p.syncDirs()
 }
 
@@ -140,7 +152,7 @@ func (p *Pending) syncDirs() error {
 // SetModTime sets the file's access and modification times to t.
 func (p *Pending) SetModTime(t time.Time) error {
 	ts := unix.NsecToTimespec(t.UnixNano())
-	return unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(p.f.Fd())), []unix.Timespec{ts, ts}, 0)
+	return unix.UtimesNanoAt(unix.AT_FDCWD, procFD(p.fd), []unix.Timespec{ts, ts}, 0)
 }
 
 // named gives an unnamed file a temp name, for a rename.
@@ -149,7 +161,7 @@ func (p *Pending) named() error {
 		return nil
 	}
 	tmp := TempName()
-	if err := linkAt(p.f, p.dir, tmp); err != nil {
+	if err := linkAt(p.fd, p.dir, tmp); err != nil {
 		return err
 	}
 	p.tmp = tmp
@@ -167,7 +179,7 @@ func (p *Pending) Create(name string) error {
 	}
 	var err error
 	if p.tmp == "" {
-		err = linkAt(p.f, p.to, name)
+		err = linkAt(p.fd, p.to, name)
 	} else if err = RenameNoReplace(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err == nil {
 		p.tmp = ""
 	}
@@ -221,11 +233,14 @@ func (p *Pending) Exchange(name string) error {
 	}
 }
 
-// linkAt gives the unnamed file f the name name in dir; EEXIST rather than
-// replacing anything.
-func linkAt(f *os.File, dir *os.File, name string) error {
-	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), int(dir.Fd()), name, unix.AT_SYMLINK_FOLLOW)
+// linkAt gives the unnamed open file fd the name name in dir; EEXIST rather
+// than replacing anything.
+func linkAt(fd int, dir *os.File, name string) error {
+	return unix.Linkat(unix.AT_FDCWD, procFD(fd), int(dir.Fd()), name, unix.AT_SYMLINK_FOLLOW)
 }
+
+// procFD is the /proc path of this process's descriptor fd.
+func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 // CreateAt durably creates name in the pinned directory dir holding data
 // (mode 0600), without replacing anything: written unnamed and fsynced,
