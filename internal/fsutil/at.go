@@ -278,10 +278,24 @@ func writeAt(dir *os.File, name string, data []byte, publish func(*Pending, stri
 // RemoveAt durably removes the file name from the pinned directory dir; an
 // absent name is not an error.
 func RemoveAt(dir *os.File, name string) error {
-	if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && err != unix.ENOENT {
+	if _, err := UnlinkAt(dir, name); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "remove %q", filepath.Join(dir.Name(), name))
 	}
 	return SyncAt(dir)
+}
+
+// UnlinkAt removes the file name from the pinned directory dir, not durably
+// (nothing is fsynced: a lock file, an invocation record), and reports
+// whether it was there. Errors are the raw errno, for the caller to wrap.
+func UnlinkAt(dir *os.File, name string) (bool, error) {
+	switch err := unix.Unlinkat(int(dir.Fd()), name, 0); err {
+	case nil:
+		return true, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return false, err
+	}
 }
 
 // ExistsAt reports whether the pinned directory dir holds an entry name

@@ -194,6 +194,20 @@ func TestPinnedDirSwapped(t *testing.T) {
 	if err := RemoveAt(d, "created"); err != nil || ExistsAt(d, "created") {
 		t.Errorf("remove by handle: %v", err)
 	}
+	if err := RemoveAt(d, "created"); err != nil {
+		t.Errorf("remove of an absent name: %v", err)
+	}
+	if removed, err := UnlinkAt(d, "replaced"); !removed || err != nil || ExistsAt(d, "replaced") {
+		t.Errorf("unlink by handle: %v, %v", removed, err)
+	}
+	if removed, err := UnlinkAt(d, "replaced"); removed || err != nil {
+		t.Errorf("unlink of an absent name: %v, %v", removed, err)
+	}
+	os.Mkdir(filepath.Join(moved, "sub"), 0o700)
+	if _, err := UnlinkAt(d, "sub"); err == nil || !ExistsAt(d, "sub") {
+		t.Errorf("unlink of a directory: %v", err)
+	}
+	os.Remove(filepath.Join(moved, "sub"))
 	os.Remove(dir)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -506,14 +506,11 @@ func (d *recordDir) removeErr(name string) error {
 // names an earlier boot, and Cleanup clears it.
 func (d *recordDir) remove(name string) (bool, error) {
 	own.Delete(filepath.Join(d.path, name))
-	err := unix.Unlinkat(d.fd, name, 0)
-	if err == unix.ENOENT {
-		return false, nil
-	}
+	removed, err := fsutil.UnlinkAt(d.dir, name)
 	if err != nil {
 		return false, errcode.Wrap(errcode.Internal, err, "remove invocation record %s", filepath.Join(d.path, name))
 	}
-	return true, nil
+	return removed, nil
 }
 
 // errUnlinked is readOnce's answer for a record file that lost its last
