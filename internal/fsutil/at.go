@@ -28,9 +28,9 @@ type NewOptions struct {
 	// created exclusively (O_EXCL|O_NOFOLLOW); a leftover of that name is
 	// removed first when Stale is set (a fixed temp name whose every writer
 	// holds one lock). Empty: the file is written unnamed (O_TMPFILE), so a
-	// writer killed before it publishes leaves nothing behind; a Replace
-	// then names it TempName() for the instant before its rename (swept if
-	// the writer dies there: temp.go).
+	// writer killed before it publishes leaves nothing behind; a Replace or
+	// an Exchange then names it TempName() for the instant before its rename
+	// (swept if the writer dies there: temp.go).
 	Temp  string
 	Stale bool
 	// Mode is the file's exact permission bits (chmod after the create, so

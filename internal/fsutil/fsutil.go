@@ -9,7 +9,8 @@
 //     still is what its path names.
 //   - Files by handle (at.go): NewAt starts a file in a pinned directory;
 //     Create (no replace), Replace and Exchange publish it; CreateAt,
-//     ReplaceAt, RemoveAt, ExistsAt and NamesAt work relative to the handle.
+//     ReplaceAt, RemoveAt, UnlinkAt (not durable), ExistsAt and NamesAt work
+//     relative to the handle.
 //   - Private files (this file): ReadPrivateFile and ReadPrivateAt read a
 //     file that must be regular, one link, owned, mode 0600 and bounded,
 //     opened without following a link.
@@ -21,16 +22,18 @@
 //
 // Durability rule, stated once: a durable file is written in the same
 // directory as its final name (unnamed with O_TMPFILE, or under a temp name
-// that temp.go can sweep), fsynced, then given its name by link or rename,
-// and the directory is fsynced. After a crash either the old state or the
-// whole new file is there, never a torn one, and once the call returns the
-// name survives a crash. A removal is durable the same way (unlink, fsync the
-// directory), and so is a directory fm creates on the way (MkdirAllSync: its
-// parent is fsynced after the mkdir). Every publish is durable except the
-// invocation records of package launch (NewOptions.NoSync): a record only
-// has to outlive the process that wrote it, which the page cache already
-// guarantees, and a record that a machine crash loses or brings back names
-// an earlier boot, which launch's Cleanup clears (launch's package doc).
+// that temp.go or its owner can sweep; with NewOptions.Final, in a directory
+// of the same file system that readers do not scan), fsynced, then given its
+// name by link or rename, and the directory (both, with Final) is fsynced.
+// After a crash either the old state or the whole new file is there, never a
+// torn one, and once the call returns the name survives a crash. A removal
+// is durable the same way (unlink, fsync the directory), and so is a
+// directory fm creates on the way (MkdirAllSync: its parent is fsynced after
+// the mkdir). Every publish is durable except the invocation records of
+// package launch (NewOptions.NoSync, UnlinkAt): a record only has to outlive
+// the process that wrote it, which the page cache already guarantees, and a
+// record that a machine crash loses or brings back names an earlier boot,
+// which launch's Cleanup clears (launch's package doc).
 package fsutil
 
 import (
