@@ -2,9 +2,13 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -432,4 +436,93 @@ func TestReadPrivateAtRefuses(t *testing.T) {
 	if _, err := ReadPrivateAt(d, "absent", 4); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("absent: %v, want os.ErrNotExist", err)
 	}
+}
+
+// [BND-4] Racing writers, for real: 32 goroutines create the same name and
+// exactly one wins (the others get ErrExists and leave nothing); 32 replace
+// one name while a reader reads it by handle the whole time, and the reader
+// only ever sees one writer's whole content, never a torn or empty file;
+// afterwards no temp is left.
+func TestRacingWriters(t *testing.T) {
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	const n = 32
+	content := func(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i%10), 4096+i)) }
+	wins := make(chan int, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch err := CreateAt(d, "one", content(i)); {
+			case err == nil:
+				wins <- i
+			case !errors.Is(err, ErrExists):
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	close(errs)
+	for err := range errs {
+		t.Errorf("create: %v", err)
+	}
+	var won []int
+	for i := range wins {
+		won = append(won, i)
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d creates won, want exactly 1", len(won))
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "one")); string(b) != string(content(won[0])) {
+		t.Errorf("the created file does not hold its winner's content")
+	}
+
+	if err := ReplaceAt(d, "many", content(0)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	bad := make(chan string, 1)
+	reads := 0
+	go func() {
+		defer close(bad)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := ReadPrivateAt(d, "many", 1<<20)
+			reads++
+			ok := err == nil && len(b) >= 4096
+			if ok {
+				i := len(b) - 4096
+				ok = string(b) == string(content(i))
+			}
+			if !ok {
+				bad <- fmt.Sprintf("a reader saw %d bytes, %v", len(b), err)
+				return
+			}
+		}
+	}()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := ReplaceAt(d, "many", content(i)); err != nil {
+				t.Errorf("replace: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if msg, ok := <-bad; ok {
+		t.Error(msg)
+	}
+	if got := names(t, dir); !slices.Equal(got, []string{"many", "one"}) {
+		t.Errorf("left %q", got)
+	}
+	t.Logf("%d reads during %d replaces", reads, n)
 }
