@@ -373,8 +373,13 @@ func Publish(h *home.Home, r *Record) (*Binding, error) {
 		return nil, err
 	}
 	final := filepath.Join(dir, r.ExtensionID+".json")
-	err = fsutil.PublishNoReplace(filepath.Dir(dir), final, data, 0o600)
-	if errcode.Is(err, errcode.BindingExists) {
+	reg, err := home.OpenPrivate(dir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	err = fsutil.CreateAt(reg, r.ExtensionID+".json", data)
+	if errors.Is(err, fsutil.ErrExists) {
 		return nil, errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; retire it first", r.ExtensionID, final)
 	}
 	if err != nil {

@@ -1,14 +1,39 @@
-// Package fsutil holds the few durable-file primitives fm builds on: reading a
-// private file without following links, publishing a file durably without
-// replacing anything, the two atomic renames (RenameNoReplace, Exchange:
-// fsutil.go is the only file that calls renameat2(2)) and every lock (Lock:
-// lock.go is the only file that calls flock(2); its rule is stated there).
+// Package fsutil is the one layer for pinned directories, durable files and
+// locks; no other package opens a private directory, publishes a file or
+// takes a lock by itself.
 //
-// Durability rule: a published file is written to a temp name, fsynced,
-// renamed into place, and the directory is fsynced, so after a crash either
-// the old state or the whole new file exists, never a torn one. A directory
-// fm creates on the way (MkdirAllSync) is made durable the same way: its
-// parent is fsynced after the mkdir.
+//   - Pinned directories (dir.go): OpenDir opens a directory as a handle
+//     (O_DIRECTORY|O_NOFOLLOW) and checks it under the one private-directory
+//     rule, DirRule: not a symlink, owned by the effective uid, permission
+//     bits as the rule's Perm says. SameEntry and Recheck prove a handle
+//     still is what its path names.
+//   - Files by handle (at.go): NewAt starts a file in a pinned directory;
+//     Create (no replace), Replace and Exchange publish it; CreateAt,
+//     ReplaceAt, RemoveAt, UnlinkAt (not durable), ExistsAt and NamesAt work
+//     relative to the handle.
+//   - Private files (this file): ReadPrivateFile and ReadPrivateAt read a
+//     file that must be regular, one link, owned, mode 0600 and bounded,
+//     opened without following a link.
+//   - The two atomic renames (RenameNoReplace, Exchange): this file is the
+//     only one that calls renameat2(2).
+//   - Locks (Lock: lock.go is the only file that calls flock(2); its rule is
+//     stated there).
+//   - Temp names and their sweep (temp.go).
+//
+// Durability rule, stated once: a durable file is written in the same
+// directory as its final name (unnamed with O_TMPFILE, or under a temp name
+// that temp.go or its owner can sweep; with NewOptions.Final, in a directory
+// of the same file system that readers do not scan), fsynced, then given its
+// name by link or rename, and the directory (both, with Final) is fsynced.
+// After a crash either the old state or the whole new file is there, never a
+// torn one, and once the call returns the name survives a crash. A removal
+// is durable the same way (unlink, fsync the directory), and so is a
+// directory fm creates on the way (MkdirAllSync: its parent is fsynced after
+// the mkdir). Every publish is durable except the invocation records of
+// package launch (NewOptions.NoSync, UnlinkAt): a record only has to outlive
+// the process that wrote it, which the page cache already guarantees, and a
+// record that a machine crash loses or brings back names an earlier boot,
+// which launch's Cleanup clears (launch's package doc).
 package fsutil
 
 import (
@@ -21,9 +46,6 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 )
-
-// ErrExists is returned by PublishNoReplace when the final name exists.
-var ErrExists = errors.New("file exists")
 
 // ReadPrivateFile reads path, which must be one regular file (not a link, one
 // hard link), owned by the user, mode exactly 0600, at most max bytes.
@@ -125,57 +147,6 @@ func OpenNoFollow(path string) (*os.File, error) {
 		return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
 	}
 	return os.NewFile(uintptr(fd), path), nil
-}
-
-// WriteTemp writes data to a new temp file in dir with mode, fsynced, and
-// returns its path. Its name is a TempName, so a temp that a killed writer
-// leaves can be swept (temp.go).
-func WriteTemp(dir string, data []byte, mode os.FileMode) (string, error) {
-	tmp := filepath.Join(dir, TempName())
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return "", errcode.Wrap(errcode.Internal, err, "create %q", tmp)
-	}
-	// One err for the whole sequence: a failed chmod, write (ENOSPC) or
-	// fsync must never publish a short or undurable file.
-	if err = f.Chmod(mode); err == nil {
-		if _, err = f.Write(data); err == nil {
-			err = f.Sync()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", errcode.Wrap(errcode.Internal, err, "write %q", tmp)
-	}
-	return tmp, nil
-}
-
-// PublishNoReplace durably creates final with data, building the temp file in
-// tmpDir (which must be on the same filesystem and should not be a directory
-// that readers scan). If final exists, nothing changes and the error wraps
-// ErrExists.
-func PublishNoReplace(tmpDir, final string, data []byte, mode os.FileMode) error {
-	tmp, err := WriteTemp(tmpDir, data, mode)
-	if err != nil {
-		return err
-	}
-	if err := RenameNoReplace(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final); err != nil {
-		os.Remove(tmp)
-		if err == unix.EEXIST {
-			return errcode.Wrap(errcode.BindingExists, ErrExists, "%q already exists", final)
-		}
-		return errcode.Wrap(errcode.Internal, err, "publish %q", final)
-	}
-	if err := SyncDir(filepath.Dir(final)); err != nil {
-		return err
-	}
-	if filepath.Dir(final) != tmpDir {
-		return SyncDir(tmpDir)
-	}
-	return nil
 }
 
 // RenameNoReplace renames old in the directory olddir to new in newdir

@@ -23,7 +23,12 @@ func TestPublishOnFullDisk(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs here (%v): run as root with CAP_SYS_ADMIN", err)
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	err := PublishNoReplace(dir, filepath.Join(dir, "big"), bytes.Repeat([]byte("x"), 64<<10), 0o600)
+	d, err := OpenDir(dir, DirRule{Perm: Exact0700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	err = CreateAt(d, "big", bytes.Repeat([]byte("x"), 64<<10))
 	if got := errcode.Of(err); got != errcode.HostResource {
 		t.Fatalf("publish on a full disk: %s (%v), want host-resource", got, err)
 	}

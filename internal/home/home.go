@@ -149,38 +149,20 @@ func (h *Home) Inbox() string { return filepath.Join(h.State, "procevent-inbox")
 // WakeQueue is the durable wake queue.
 func (h *Home) WakeQueue() string { return filepath.Join(h.State, ".wake-queue") }
 
-// CheckPrivate checks that p is a private directory: not a link, canonical,
-// owned by the user, and without group/other write bits; with exact, its
-// permission bits must be exactly 0700.
-func CheckPrivate(p string, exact bool) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		if os.IsNotExist(err) {
-			return errcode.New(errcode.PathUnsafe, "directory %q is missing", p)
-		}
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", p)
+// PrivateRule is the private-directory rule of a home's directories
+// (fsutil.DirRule): not a link, canonical, owned by the user, and without
+// group/other write bits [HOME-3]; with exact, its permission bits must be
+// exactly 0700 [CAP-6].
+func PrivateRule(exact bool) fsutil.DirRule {
+	r := fsutil.DirRule{Perm: fsutil.NoGroupWrite, Canonical: true}
+	if exact {
+		r.Perm = fsutil.Exact0700
 	}
-	return checkStat(p, &st, exact)
+	return r
 }
 
-func checkStat(p string, st *unix.Stat_t, exact bool) error {
-	switch {
-	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return errcode.New(errcode.LinkUnsafe, "directory %q is a symlink; replace it with a real directory, mode 0700", p)
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return errcode.New(errcode.PathUnsafe, "%q is not a directory; fm keeps a directory there: move it aside", p)
-	case int(st.Uid) != os.Geteuid():
-		return errcode.New(errcode.OwnerMismatch, "directory %q is owned by uid %d, not by you (uid %d): chown it, or run fm as its owner", p, st.Uid, os.Geteuid())
-	case exact && st.Mode&0o7777 != 0o700:
-		return errcode.New(errcode.ModeUnsafe, "directory %q has mode %04o; it must be 0700 (chmod 700)", p, st.Mode&0o7777)
-	case st.Mode&0o022 != 0:
-		return errcode.New(errcode.ModeUnsafe, "directory %q is group- or world-writable (mode %04o); chmod go-w it", p, st.Mode&0o7777)
-	}
-	if c, err := filepath.EvalSymlinks(p); err != nil || c != filepath.Clean(p) {
-		return errcode.New(errcode.PathUnsafe, "directory %q is not canonical (a path component is a symlink); use the path without links (FM_HOME, FM_STATE_OVERRIDE)", p)
-	}
-	return nil
-}
+// CheckPrivate checks that p is a private directory (PrivateRule).
+func CheckPrivate(p string, exact bool) error { return fsutil.CheckDir(p, PrivateRule(exact)) }
 
 // EnsurePrivate creates p and any missing parents below h.Dir or h.State with
 // mode 0700, durably (fsutil.MkdirAllSync: each new directory's parent is
@@ -193,28 +175,8 @@ func EnsurePrivate(p string, exact bool) error {
 	return CheckPrivate(p, exact)
 }
 
-// OpenPrivate opens the private directory p without following a final link
-// and checks the opened descriptor itself, so later *at calls through it stay
-// in that exact directory even if the path is swapped afterwards.
+// OpenPrivate opens the private directory p as a pinned handle
+// (fsutil.OpenDir under PrivateRule).
 func OpenPrivate(p string, exact bool) (*os.File, error) {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if err == unix.ELOOP || err == unix.ENOTDIR {
-			return nil, errcode.New(errcode.LinkUnsafe, "directory %q is a symlink or not a directory; replace it with a real directory, mode 0700", p)
-		}
-		if os.IsNotExist(err) {
-			return nil, errcode.New(errcode.PathUnsafe, "directory %q is missing", p)
-		}
-		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", p)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, errcode.Wrap(errcode.PathUnsafe, err, "stat directory %q", p)
-	}
-	if err := checkStat(p, &st, exact); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), p), nil
+	return fsutil.OpenDir(p, PrivateRule(exact))
 }

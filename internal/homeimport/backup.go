@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
@@ -92,7 +90,7 @@ func openRun(h *home.Home) (string, error) {
 		for i := 2; exists(filepath.Join(dir, name)); i++ {
 			name = time.Now().UTC().Format("20060102T150405Z") + "-" + strconv.Itoa(i)
 		}
-		if err := fsutil.PublishNoReplace(dir, filepath.Join(dir, journalName), []byte(name+"\n"), 0o600); err != nil {
+		if err := writeJournal(dir, name); err != nil {
 			return "", err
 		}
 	}
@@ -138,13 +136,25 @@ func readJournal(h *home.Home) (string, error) {
 	return name, nil
 }
 
+// writeJournal durably creates the journal in dir (data/imported), naming
+// the run.
+func writeJournal(dir, run string) error {
+	d, err := home.OpenPrivate(dir, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fsutil.CreateAt(d, journalName, []byte(run+"\n"))
+}
+
 // closeRun removes the journal: the import is complete.
 func closeRun(h *home.Home) error {
-	dir := imported(h)
-	if err := os.Remove(filepath.Join(dir, journalName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return errcode.Wrap(errcode.Internal, err, "remove the import journal in %s", dir)
+	d, err := home.OpenPrivate(imported(h), true)
+	if err != nil {
+		return err
 	}
-	return fsutil.SyncDir(dir)
+	defer d.Close()
+	return fsutil.RemoveAt(d, journalName)
 }
 
 // keep copies path (a file, a symlink or a directory tree) to its place
@@ -207,16 +217,7 @@ func copyTree(src, dst string) error {
 		if err != nil {
 			return fail(err)
 		}
-		tmp, err := fsutil.WriteTemp(filepath.Dir(dst), data, fi.Mode().Perm())
-		if err != nil {
-			return err
-		}
-		if err := os.Chtimes(tmp, fi.ModTime(), fi.ModTime()); err != nil {
-			os.Remove(tmp)
-			return fail(err)
-		}
-		if err := os.Rename(tmp, dst); err != nil {
-			os.Remove(tmp)
+		if err := copyFile(dst, data, fi); err != nil {
 			return fail(err)
 		}
 	default:
@@ -234,37 +235,60 @@ func keepable(path string, t fs.FileMode) error {
 	return errcode.New(errcode.PathUnsafe, "%s is not a file, a symlink or a directory, so it cannot be kept; move it aside, then run fm home import again", path)
 }
 
-// replaceFile durably replaces path with data (mode 0600) by renaming a
-// temporary file made in tmpDir (on the same file system) over it.
-func replaceFile(tmpDir, path string, data []byte) error {
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(tmpDir, tempPrefix+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// copyFile durably writes data at dst (replacing a copy an earlier run
+// left) with the mode and times of fi, under a temp name in dst's
+// directory that removeTemps sweeps if this process dies. That directory
+// is the run's copy of a home directory, with its mode: any permission bits.
+func copyFile(dst string, data []byte, fi fs.FileInfo) error {
+	d, err := fsutil.OpenDir(filepath.Dir(dst), fsutil.DirRule{Perm: fsutil.AnyPerm})
 	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "create %s", tmp)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return errcode.Wrap(errcode.Internal, err, "replace %s", path)
-	}
-	if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
 		return err
 	}
-	return fsutil.SyncDir(tmpDir)
+	defer d.Close()
+	p, err := fsutil.NewAt(d, fsutil.NewOptions{Temp: fsutil.TempName(), Mode: fi.Mode().Perm()})
+	if err != nil {
+		return err
+	}
+	if _, err := p.Write(data); err != nil {
+		p.Abort()
+		return err
+	}
+	if err := p.SetModTime(fi.ModTime()); err != nil {
+		p.Abort()
+		return err
+	}
+	return p.Replace(filepath.Base(dst))
+}
+
+// replaceFile durably replaces path with data (mode 0600) by renaming a
+// temporary file made in tmpDir (on the same file system, a directory fm
+// does not list) over it.
+func replaceFile(tmpDir, path string, data []byte) error {
+	fail := func(err error) error { return errcode.Wrap(errcode.Internal, err, "replace %s", path) }
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp, err := fsutil.OpenDir(tmpDir, fsutil.DirRule{})
+	if err != nil {
+		return err
+	}
+	defer tmp.Close()
+	to, err := fsutil.OpenDir(filepath.Dir(path), fsutil.DirRule{})
+	if err != nil {
+		return err
+	}
+	defer to.Close()
+	p, err := fsutil.NewAt(tmp, fsutil.NewOptions{Temp: tempPrefix + hex.EncodeToString(rnd[:]), Final: to})
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := p.Write(data); err != nil {
+		p.Abort()
+		return fail(err)
+	}
+	if err := p.Replace(filepath.Base(path)); err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // removePath durably removes a file, a symlink or a directory tree.

@@ -323,6 +323,7 @@ func validIdentity(id Identity) bool {
 type recordDir struct {
 	fd   int
 	path string
+	dir  *os.File // the pinned handle; fd is its descriptor
 }
 
 // openRecordDir opens the records directory and checks that it is private:
@@ -339,37 +340,21 @@ func openRecordDir(path string, create bool) (*recordDir, error) {
 			return nil, errcode.Wrap(errcode.HomeInvalid, err, "create invocation records directory %s", path)
 		}
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case err == unix.ENOENT && !create:
+	dir, err := fsutil.OpenDir(path, recordDirRule)
+	if errors.Is(err, os.ErrNotExist) && !create {
 		return nil, nil
-	case err == unix.ELOOP || err == unix.ENOTDIR:
-		// O_NOFOLLOW|O_DIRECTORY reports a link as either.
-		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
-			return nil, errcode.New(errcode.LinkUnsafe, "invocation records directory %s is a symbolic link", path)
-		}
-		return nil, errcode.New(errcode.PathUnsafe, "invocation records directory %s is not a directory", path)
-	case err != nil:
-		return nil, errcode.Wrap(errcode.HomeInvalid, err, "open invocation records directory %s", path)
 	}
-	d := &recordDir{fd: fd, path: path}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		d.close()
-		return nil, errcode.Wrap(errcode.Internal, err, "stat %s", path)
+	if err != nil {
+		return nil, err
 	}
-	if int(st.Uid) != os.Geteuid() {
-		d.close()
-		return nil, errcode.New(errcode.OwnerMismatch, "invocation records directory %s is owned by uid %d, not %d", path, st.Uid, os.Geteuid())
-	}
-	if st.Mode&0o077 != 0 {
-		d.close()
-		return nil, errcode.New(errcode.ModeUnsafe, "invocation records directory %s has mode %04o; it must be private (0700)", path, st.Mode&0o7777)
-	}
-	return d, nil
+	return &recordDir{fd: int(dir.Fd()), path: path, dir: dir}, nil
 }
 
-func (d *recordDir) close() { unix.Close(d.fd) }
+// recordDirRule is the private-directory rule of the records directory
+// [HOME-4]: no group or other permission bit at all.
+var recordDirRule = fsutil.DirRule{What: "invocation records directory", Perm: fsutil.OwnerOnly}
+
+func (d *recordDir) close() { d.dir.Close() }
 
 // newRecordName returns a fresh "<64 hex>.owner.json": the 32 hex digits of
 // this boot's id (see bootPrefix), then 32 of fresh randomness.
@@ -444,24 +429,8 @@ func (d *recordDir) write(name string, rec *Record) error {
 	if err != nil {
 		return err
 	}
-	tmp := tempName(name, rec.Host)
-	fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(d.path, tmp))
-	}
-	err = writeAll(fd, data)
-	if err == nil {
-		err = unix.Fchmod(fd, 0o600) // the umask must not decide the mode
-	}
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = d.publish(tmp, name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(d.fd, tmp, 0)
-		return errcode.Wrap(errcode.Internal, err, "write invocation record %s", filepath.Join(d.path, name))
+	if err := d.publish(tempName(name, rec.Host), name, data); err != nil {
+		return err
 	}
 	mine := ownRecord{rec: *rec}
 	mine.rec.Path = filepath.Join(d.path, name)
@@ -501,40 +470,27 @@ func (d *recordDir) mine(name string) (Record, bool) {
 	return o.rec, true
 }
 
-// publish renames the written temporary file tmp to name. A record already
-// at name (the reserved record, rewritten in phase group) is swapped out
-// atomically with renameat2(RENAME_EXCHANGE), and the temporary name, which
-// then holds the old record, is unlinked. A plain rename over name would do
-// the same for readers, but ext4 (auto_da_alloc) then forces the new file's
-// blocks to be allocated at once, which makes the record's eventual unlink
-// cost a block free (and a discard, where the file system is mounted so):
-// about 0.1 ms of every invocation on the reference machines, against a few
-// microseconds for a record that lives and dies in the page cache. Where the
-// file system cannot exchange, the plain rename is used.
-func (d *recordDir) publish(tmp, name string) error {
-	err := fsutil.Exchange(d.fd, tmp, d.fd, name)
-	switch err {
-	case nil:
-		_ = unix.Unlinkat(d.fd, tmp, 0) // the old record, under a temporary name
-		return nil
-	case unix.ENOENT, unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
-		// No record at name yet (or no exchange here): publish by rename.
-		return unix.Renameat(d.fd, tmp, d.fd, name)
+// publish writes data under the temporary name tmp and publishes it as
+// name, not durably (fsutil.NewOptions.NoSync: see "Records and durability"
+// in the package documentation). A record already at name (the reserved
+// record, rewritten in phase group) is swapped out atomically
+// (fsutil.Pending.Exchange) rather than renamed over: ext4 (auto_da_alloc)
+// answers a rename over a name by allocating the new file's blocks at once,
+// which makes the record's eventual unlink cost a block free (and a discard,
+// where the file system is mounted so): about 0.1 ms of every invocation on
+// the reference machines, against a few microseconds for a record that
+// lives and dies in the page cache.
+func (d *recordDir) publish(tmp, name string, data []byte) error {
+	p, err := fsutil.NewAt(d.dir, fsutil.NewOptions{Temp: tmp, NoSync: true})
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(d.path, tmp))
 	}
-	return err
-}
-
-// writeAll writes all of data to fd.
-func writeAll(fd int, data []byte) error {
-	for len(data) > 0 {
-		n, err := unix.Write(fd, data)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		data = data[n:]
+	if _, err = p.Write(data); err == nil {
+		err = p.Exchange(name)
+	}
+	p.Abort()
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "write invocation record %s", filepath.Join(d.path, name))
 	}
 	return nil
 }
@@ -550,14 +506,11 @@ func (d *recordDir) removeErr(name string) error {
 // names an earlier boot, and Cleanup clears it.
 func (d *recordDir) remove(name string) (bool, error) {
 	own.Delete(filepath.Join(d.path, name))
-	err := unix.Unlinkat(d.fd, name, 0)
-	if err == unix.ENOENT {
-		return false, nil
-	}
+	removed, err := fsutil.UnlinkAt(d.dir, name)
 	if err != nil {
 		return false, errcode.Wrap(errcode.Internal, err, "remove invocation record %s", filepath.Join(d.path, name))
 	}
-	return true, nil
+	return removed, nil
 }
 
 // errUnlinked is readOnce's answer for a record file that lost its last

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/wake"
 )
@@ -92,11 +93,11 @@ func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, err
 		if err != nil {
 			return 0, err
 		}
-		if deciding || existsAt(d.inbox, name(r.SourceID, r.Sequence, handledSuffix)) {
+		if deciding || fsutil.ExistsAt(d.inbox, name(r.SourceID, r.Sequence, handledSuffix)) {
 			continue
 		}
 		due = append(due, &r.Meta)
-		undecided[&r.Meta] = existsAt(d.inbox, name(r.SourceID, r.Sequence, pendingSuffix))
+		undecided[&r.Meta] = fsutil.ExistsAt(d.inbox, name(r.SourceID, r.Sequence, pendingSuffix))
 	}
 	if len(due) == 0 {
 		return 0, nil
@@ -146,7 +147,7 @@ func (d *dirs) reannounce(ctx context.Context, interval time.Duration) (int, err
 // runner holds the source's claim. The claim is probed as fm doctor probes it
 // (held): shared, without waiting, released at once.
 func (d *dirs) deciding(id string, seq int64) (bool, error) {
-	if d.reg == nil || !existsAt(d.inbox, name(id, seq, pendingSuffix)) {
+	if d.reg == nil || !fsutil.ExistsAt(d.inbox, name(id, seq, pendingSuffix)) {
 		return false, nil
 	}
 	busy, err := held(d.reg, id+claimSuffix)
@@ -154,7 +155,7 @@ func (d *dirs) deciding(id string, seq int64) (bool, error) {
 		return false, err
 	}
 	// Held: still deciding, unless the decision completed meanwhile.
-	return existsAt(d.inbox, name(id, seq, pendingSuffix)), nil
+	return fsutil.ExistsAt(d.inbox, name(id, seq, pendingSuffix)), nil
 }
 
 // DefaultCompactWindow is how many of the latest wakes `fm wake compact`

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 )
@@ -85,7 +83,7 @@ func (d *dirs) claim(id string) (*claim, error) {
 // removed files finds it unlinked (fsutil.Lock) and starts again.
 func (d *dirs) removeLocks(id string) {
 	for _, n := range []string{id + claimSuffix, id + stopSuffix} {
-		_ = unix.Unlinkat(int(d.reg.Fd()), n, 0)
+		_, _ = fsutil.UnlinkAt(d.reg, n)
 	}
 }
 

@@ -2,11 +2,8 @@ package procevent
 
 import (
 	"errors"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -101,26 +98,11 @@ func (d *dirs) child(path string, create bool) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sameEntry(d.state, name, f); err != nil {
+	if err := fsutil.SameEntry(d.state, name, f); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
-}
-
-// sameEntry proves that f is the entry name of the directory parent.
-func sameEntry(parent *os.File, name string, f *os.File) error {
-	var a, b unix.Stat_t
-	if err := unix.Fstatat(int(parent.Fd()), name, &a, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", f.Name())
-	}
-	if err := unix.Fstat(int(f.Fd()), &b); err != nil {
-		return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", f.Name())
-	}
-	if a.Dev != b.Dev || a.Ino != b.Ino {
-		return errcode.New(errcode.PathUnsafe, "directory %q was replaced while it was being opened; refusing to use it", f.Name())
-	}
-	return nil
 }
 
 // recheck proves, right before a write that matters (a capture, a
@@ -134,18 +116,8 @@ func (d *dirs) recheck() error {
 		if f == nil {
 			continue
 		}
-		if err := home.CheckPrivate(f.Name(), d.strict); err != nil {
+		if err := fsutil.Recheck(f, home.PrivateRule(d.strict)); err != nil {
 			return err
-		}
-		var a, b unix.Stat_t
-		if err := unix.Lstat(f.Name(), &a); err != nil {
-			return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", f.Name())
-		}
-		if err := unix.Fstat(int(f.Fd()), &b); err != nil {
-			return errcode.Wrap(errcode.PathUnsafe, err, "directory %q", f.Name())
-		}
-		if a.Dev != b.Dev || a.Ino != b.Ino {
-			return errcode.New(errcode.PathUnsafe, "directory %q was replaced after it was checked; refusing to write (restore it, then retry)", f.Name())
 		}
 	}
 	return nil
@@ -157,108 +129,4 @@ func (d *dirs) close() {
 			f.Close()
 		}
 	}
-}
-
-// The file primitives below work only relative to a pinned directory.
-
-// writeTemp writes data into an unnamed O_TMPFILE inode of dir, mode 0600,
-// fsynced. The caller gives it a name with linkAt. An unnamed file leaves
-// nothing behind when the process dies before naming it.
-func writeTemp(dir *os.File, data []byte) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "create a file in %q", dir.Name())
-	}
-	f := os.NewFile(uintptr(fd), dir.Name())
-	if err = unix.Fchmod(fd, 0o600); err == nil {
-		if _, err = f.Write(data); err == nil {
-			err = f.Sync()
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, errcode.Wrap(errcode.Internal, err, "write a file in %q", dir.Name())
-	}
-	return f, nil
-}
-
-// linkAt gives the unnamed file f the name name in dir; it fails with EEXIST
-// rather than replacing anything.
-func linkAt(f *os.File, dir *os.File, name string) error {
-	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), int(dir.Fd()), name, unix.AT_SYMLINK_FOLLOW)
-}
-
-// createAt durably creates name in dir holding data: written and fsynced,
-// published by link without replacing anything, directory fsynced. If name
-// exists nothing changes and the error wraps fsutil.ErrExists.
-func createAt(dir *os.File, name string, data []byte) error {
-	f, err := writeTemp(dir, data)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := linkAt(f, dir, name); err != nil {
-		if err == unix.EEXIST {
-			return fmt.Errorf("%q: %w", filepath.Join(dir.Name(), name), fsutil.ErrExists)
-		}
-		return errcode.Wrap(errcode.Internal, err, "publish %q", filepath.Join(dir.Name(), name))
-	}
-	return syncDir(dir)
-}
-
-// replaceAt durably replaces name in dir with data: the file is written and
-// fsynced unnamed, linked under a fresh temporary name, renamed over name,
-// and the directory fsynced; a reader sees the old or the new file, never a
-// torn one.
-func replaceAt(dir *os.File, name string, data []byte) error {
-	f, err := writeTemp(dir, data)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tmp := fsutil.TempName() // swept if this process dies (fsutil.SweepTemps)
-	if err := linkAt(f, dir, tmp); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "publish %q", filepath.Join(dir.Name(), name))
-	}
-	if err := unix.Renameat(int(dir.Fd()), tmp, int(dir.Fd()), name); err != nil {
-		unix.Unlinkat(int(dir.Fd()), tmp, 0)
-		return errcode.Wrap(errcode.Internal, err, "publish %q", filepath.Join(dir.Name(), name))
-	}
-	return syncDir(dir)
-}
-
-// removeAt durably removes name from dir; an absent name is not an error.
-func removeAt(dir *os.File, name string) error {
-	if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && err != unix.ENOENT {
-		return errcode.Wrap(errcode.Internal, err, "remove %q", filepath.Join(dir.Name(), name))
-	}
-	return syncDir(dir)
-}
-
-// existsAt reports whether dir holds an entry name (links not followed).
-func existsAt(dir *os.File, name string) bool {
-	var st unix.Stat_t
-	return unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
-}
-
-func syncDir(dir *os.File) error {
-	if err := unix.Fsync(int(dir.Fd())); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "sync directory %q", dir.Name())
-	}
-	return nil
-}
-
-// namesAt lists the entries of dir through its descriptor.
-func namesAt(dir *os.File) ([]string, error) {
-	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "read directory %q", dir.Name())
-	}
-	f := os.NewFile(uintptr(fd), dir.Name())
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil && err != io.EOF {
-		return nil, errcode.Wrap(errcode.Internal, err, "read directory %q", dir.Name())
-	}
-	return names, nil
 }

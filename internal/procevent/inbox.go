@@ -221,7 +221,7 @@ func (d *dirs) inboxNames() ([]string, error) {
 	if d.inbox == nil {
 		return nil, nil
 	}
-	return namesAt(d.inbox)
+	return fsutil.NamesAt(d.inbox)
 }
 
 // counter reads the durable counter of id: the last sequence captured, 0
@@ -262,30 +262,30 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 	used := func() error {
 		return errcode.New(errcode.Internal, "inbox entry %s already exists; sequence %d of %q was used before", name(r.SourceID, seq, resultSuffix), seq, r.SourceID)
 	}
-	if existsAt(d.inbox, name(r.SourceID, seq, resultSuffix)) {
+	if fsutil.ExistsAt(d.inbox, name(r.SourceID, seq, resultSuffix)) {
 		return nil, "", used()
 	}
 	metaName := name(r.SourceID, seq, metaSuffix)
-	err = createAt(d.inbox, metaName, data)
+	err = fsutil.CreateAt(d.inbox, metaName, data)
 	if errors.Is(err, fsutil.ErrExists) {
 		// The orphaned meta of a capture of this sequence that failed
 		// before its result was published: nothing was captured, so this
 		// capture takes the sequence and the meta is its own.
-		err = replaceAt(d.inbox, metaName, data)
+		err = fsutil.ReplaceAt(d.inbox, metaName, data)
 	}
 	if err != nil {
 		return nil, "", err
 	}
-	if err := createAt(d.inbox, name(r.SourceID, seq, pendingSuffix), nil); err != nil && !errors.Is(err, fsutil.ErrExists) {
+	if err := fsutil.CreateAt(d.inbox, name(r.SourceID, seq, pendingSuffix), nil); err != nil && !errors.Is(err, fsutil.ErrExists) {
 		return nil, "", err
 	}
-	if err := createAt(d.inbox, name(r.SourceID, seq, resultSuffix), content); err != nil {
+	if err := fsutil.CreateAt(d.inbox, name(r.SourceID, seq, resultSuffix), content); err != nil {
 		if errors.Is(err, fsutil.ErrExists) {
 			return nil, "", used()
 		}
 		return nil, "", err
 	}
-	if err := replaceAt(d.reg, r.SourceID+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
+	if err := fsutil.ReplaceAt(d.reg, r.SourceID+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
 		return nil, "", err
 	}
 	return m, filepath.Join(d.inbox.Name(), name(r.SourceID, seq, resultSuffix)), nil
@@ -296,13 +296,13 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 // it decided the announcement, and the result falls under the re-announce
 // rule (announce.go).
 func (d *dirs) clearPending(id string) error {
-	names, err := namesAt(d.inbox)
+	names, err := fsutil.NamesAt(d.inbox)
 	if err != nil {
 		return err
 	}
 	for _, n := range names {
 		if sid, _, suffix, ok := parseName(n); ok && sid == id && suffix == pendingSuffix {
-			if err := removeAt(d.inbox, n); err != nil {
+			if err := fsutil.RemoveAt(d.inbox, n); err != nil {
 				return err
 			}
 		}
@@ -313,14 +313,14 @@ func (d *dirs) clearPending(id string) error {
 // markHandled publishes the handled marker of id/seq; already reports that
 // one existed. The result itself must exist.
 func (d *dirs) markHandled(id string, seq int64, by string) (already bool, err error) {
-	if !existsAt(d.inbox, name(id, seq, resultSuffix)) {
+	if !fsutil.ExistsAt(d.inbox, name(id, seq, resultSuffix)) {
 		return false, errcode.New(errcode.SourceMissing, "no captured result %s in %q; see fm procevent inbox", name(id, seq, resultSuffix), d.inbox.Name())
 	}
 	data, err := strictjson.Canonical(Handled{Schema: HandledSchema, By: by})
 	if err != nil {
 		return false, err
 	}
-	err = createAt(d.inbox, name(id, seq, handledSuffix), data)
+	err = fsutil.CreateAt(d.inbox, name(id, seq, handledSuffix), data)
 	if errors.Is(err, fsutil.ErrExists) {
 		return true, nil
 	}
@@ -390,7 +390,7 @@ func Inbox(h *home.Home) ([]Result, error) {
 }
 
 func (d *dirs) results() ([]Result, error) {
-	names, err := namesAt(d.inbox)
+	names, err := fsutil.NamesAt(d.inbox)
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +425,7 @@ func (d *dirs) readMeta(id string, seq int64) (*Meta, error) {
 	n := name(id, seq, metaSuffix)
 	data, err := fsutil.ReadPrivateAt(d.inbox, n, maxMeta)
 	if err != nil {
-		if os.IsNotExist(err) && existsAt(d.inbox, name(id, seq, LegacyAdapterSuffix)) {
+		if os.IsNotExist(err) && fsutil.ExistsAt(d.inbox, name(id, seq, LegacyAdapterSuffix)) {
 			return nil, ImportNeeded("captured result %s has no %s but an owner sidecar %s", name(id, seq, resultSuffix), n, name(id, seq, LegacyAdapterSuffix))
 		}
 		if os.IsNotExist(err) {

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
@@ -98,20 +96,17 @@ func Held(h *home.Home) ([]string, error) {
 // openRegistryLoose opens h's registry without following a link but without
 // checking its mode (the import tightens it afterwards); nil when absent.
 func openRegistryLoose(h *home.Home) (*os.File, error) {
-	fd, err := unix.Open(h.Registrations(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == unix.ENOENT {
+	f, err := fsutil.OpenDir(h.Registrations(), fsutil.DirRule{Perm: fsutil.AnyPerm})
+	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, errcode.Wrap(errcode.PathUnsafe, err, "open directory %q", h.Registrations())
-	}
-	return os.NewFile(uintptr(fd), h.Registrations()), nil
+	return f, err
 }
 
 // heldIn lists the held claims in the registry reg, and with serve the
 // serve lock too.
 func heldIn(reg *os.File, serve bool) ([]string, error) {
-	names, err := namesAt(reg)
+	names, err := fsutil.NamesAt(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +234,7 @@ func (im *Importer) PublishRegistration(r *Registration) error {
 	if err := im.d.recheck(); err != nil {
 		return err
 	}
-	return replaceAt(im.d.reg, r.SourceID+sourceSuffix, data)
+	return fsutil.ReplaceAt(im.d.reg, r.SourceID+sourceSuffix, data)
 }
 
 // PublishMeta checks m and durably creates the meta of its result, which
@@ -249,7 +244,7 @@ func (im *Importer) PublishMeta(m *Meta) error {
 	if err := m.validate("imported result meta " + filepath.Join(im.d.inbox.Name(), n)); err != nil {
 		return err
 	}
-	if !existsAt(im.d.inbox, name(m.SourceID, m.Sequence, resultSuffix)) {
+	if !fsutil.ExistsAt(im.d.inbox, name(m.SourceID, m.Sequence, resultSuffix)) {
 		return errcode.New(errcode.SourceMissing, "no captured result %s in %q", name(m.SourceID, m.Sequence, resultSuffix), im.d.inbox.Name())
 	}
 	data, err := strictjson.Canonical(m)
@@ -259,7 +254,7 @@ func (im *Importer) PublishMeta(m *Meta) error {
 	if err := im.d.recheck(); err != nil {
 		return err
 	}
-	if err := createAt(im.d.inbox, n, data); err != nil {
+	if err := fsutil.CreateAt(im.d.inbox, n, data); err != nil {
 		if errors.Is(err, fsutil.ErrExists) {
 			return errcode.New(errcode.Internal, "result meta %s appeared during the import", filepath.Join(im.d.inbox.Name(), n))
 		}
@@ -276,7 +271,7 @@ func (im *Importer) PublishHandled(id string, seq int64) error {
 	if err != nil {
 		return err
 	}
-	return replaceAt(im.d.inbox, name(id, seq, handledSuffix), data)
+	return fsutil.ReplaceAt(im.d.inbox, name(id, seq, handledSuffix), data)
 }
 
 // RaiseCounter makes the sequence counter of source id at least seq, so the
@@ -287,5 +282,5 @@ func (im *Importer) RaiseCounter(id string, seq int64) error {
 	if err != nil || last >= seq {
 		return err
 	}
-	return replaceAt(im.d.reg, id+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n"))
+	return fsutil.ReplaceAt(im.d.reg, id+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n"))
 }

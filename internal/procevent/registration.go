@@ -188,7 +188,7 @@ func readRegistration(reg *os.File, id string) (*Registration, error) {
 
 // sourceIDs lists the registered source ids in order.
 func sourceIDs(reg *os.File) ([]string, error) {
-	names, err := namesAt(reg)
+	names, err := fsutil.NamesAt(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +343,7 @@ func publish(h *home.Home, r *Registration) error {
 	}
 	defer c.release()
 	err = d.publishClaimed(r)
-	if err != nil && !existsAt(d.reg, r.SourceID+sourceSuffix) {
+	if err != nil && !fsutil.ExistsAt(d.reg, r.SourceID+sourceSuffix) {
 		d.removeLocks(r.SourceID)
 	}
 	return err
@@ -364,5 +364,5 @@ func (d *dirs) publishClaimed(r *Registration) error {
 	if err := d.recheck(); err != nil {
 		return err
 	}
-	return replaceAt(d.reg, r.SourceID+sourceSuffix, data)
+	return fsutil.ReplaceAt(d.reg, r.SourceID+sourceSuffix, data)
 }

@@ -7,6 +7,7 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
@@ -143,7 +144,7 @@ func (d *dirs) retire(ctx context.Context, id string, decide func(string, *Regis
 	} else if len(recs) > 0 {
 		return errcode.New(errcode.ProcessCleanupFailed, "source %q: %d invocation record(s) of the source remain (%s, host pid %d): a process group not proved gone, or a call still running; nothing was retired: retry, or run fm extension cleanup-invocations once that host has exited", id, len(recs), recs[0].Path, recs[0].Host.PID)
 	}
-	if err := removeAt(d.reg, id+sourceSuffix); err != nil {
+	if err := fsutil.RemoveAt(d.reg, id+sourceSuffix); err != nil {
 		return err
 	}
 	d.removeLocks(id)

@@ -7,6 +7,7 @@ import (
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
@@ -201,7 +202,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		}
 	}
 	// Announced or silenced, durably: the announcement is decided.
-	if err := removeAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
+	if err := fsutil.RemoveAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
 		return out, err
 	}
 	if v != nil && v.is(pctx, protocol.OpTerminal) {
@@ -288,7 +289,7 @@ func (d *dirs) retireGeneration(r *Registration) error {
 	if cur.Token != r.Token {
 		return nil
 	}
-	if err := removeAt(d.reg, r.SourceID+sourceSuffix); err != nil {
+	if err := fsutil.RemoveAt(d.reg, r.SourceID+sourceSuffix); err != nil {
 		return err
 	}
 	d.removeLocks(r.SourceID)

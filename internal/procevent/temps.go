@@ -6,7 +6,7 @@ import (
 )
 
 // StateTempDirs are the state directories in which runners write temps
-// (replaceAt: registrations, sequence counters, metas): the registry and the
+// (fsutil.ReplaceAt: registrations, sequence counters, metas): the registry and the
 // inbox.
 func StateTempDirs(h *home.Home) []string { return []string{h.Registrations(), h.Inbox()} }
 

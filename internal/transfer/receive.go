@@ -241,7 +241,7 @@ func stage(h *home.Home, p *Package) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := fsutil.PublishNoReplace(tmp, filepath.Join(tmp, ReceiptFile), receipt, 0o600); err != nil {
+	if err := publishReceipt(tmp, receipt); err != nil {
 		return "", err
 	}
 	if err := fsutil.MkdirAllSync(filepath.Dir(final), 0o700); err != nil {
@@ -255,6 +255,17 @@ func stage(h *home.Home, p *Package) (string, error) {
 	}
 	published = true
 	return final, nil
+}
+
+// publishReceipt durably creates the receipt in the unit directory unit,
+// which stage has just made 0700.
+func publishReceipt(unit string, receipt []byte) error {
+	d, err := fsutil.OpenDir(unit, fsutil.DirRule{Perm: fsutil.Exact0700})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fsutil.CreateAt(d, ReceiptFile, receipt)
 }
 
 // afterStaged, when set, runs once the unit is staged and before it is

@@ -6,9 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // Compaction.
@@ -75,17 +74,11 @@ func Compact(ctx context.Context, state *os.File, window int, keep func(key stri
 		res.Mark = last
 	}
 	// Second pass: write the lines to keep.
-	dir := int(state.Fd())
-	tempPath := filepath.Join(state.Name(), compactTemp)
-	if err := unix.Unlinkat(dir, compactTemp, 0); err != nil && err != unix.ENOENT {
-		return res, errcode.Wrap(errcode.Internal, err, "remove the stale %q", tempPath)
-	}
-	fd, err := unix.Openat(dir, compactTemp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	out, err := fsutil.NewAt(state, fsutil.NewOptions{Temp: compactTemp, Stale: true})
 	if err != nil {
-		return res, errcode.Wrap(errcode.Internal, err, "create %q", tempPath)
+		return res, errcode.Wrap(errcode.Internal, err, "create %q", filepath.Join(state.Name(), compactTemp))
 	}
-	out := os.NewFile(uintptr(fd), tempPath)
-	defer out.Close()
+	defer out.Abort()
 	bw := bufio.NewWriterSize(out, readBuf)
 	i := 0
 	_, bad, err := scan(f, 0, func(w Wake, line []byte, end int64) error {
@@ -103,19 +96,9 @@ func Compact(ctx context.Context, state *os.File, window int, keep func(key stri
 		err = bw.Flush()
 	}
 	if err == nil {
-		err = unix.Fchmod(fd, 0o600)
-	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if err == nil {
-		err = unix.Renameat(dir, compactTemp, dir, FileName)
-	}
-	if err == nil {
-		err = unix.Fsync(dir)
+		err = out.Replace(FileName)
 	}
 	if err != nil {
-		unix.Unlinkat(dir, compactTemp, 0)
 		return res, errcode.Wrap(errcode.Internal, err, "compact wake queue %q", f.Name())
 	}
 	return res, nil

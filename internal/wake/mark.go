@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 )
@@ -71,28 +69,12 @@ func FormatMark(seq int64) []byte { return []byte(strconv.FormatInt(seq, 10) + "
 // the queue's lock.
 func writeMark(state *os.File, seq int64) error {
 	display := filepath.Join(state.Name(), MarkName)
-	dir := int(state.Fd())
-	if err := unix.Unlinkat(dir, markTemp, 0); err != nil && err != unix.ENOENT {
-		return errcode.Wrap(errcode.Internal, err, "remove the stale %q", filepath.Join(state.Name(), markTemp))
-	}
-	fd, err := unix.Openat(dir, markTemp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "write wake queue high-water mark %q", display)
-	}
-	f := os.NewFile(uintptr(fd), display)
-	err = unix.Fchmod(fd, 0o600)
+	p, err := fsutil.NewAt(state, fsutil.NewOptions{Temp: markTemp, Stale: true})
 	if err == nil {
-		_, err = f.Write(FormatMark(seq))
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	f.Close()
-	if err == nil {
-		err = unix.Renameat(dir, markTemp, dir, MarkName)
-	}
-	if err == nil {
-		err = unix.Fsync(dir)
+		if _, err = p.Write(FormatMark(seq)); err == nil {
+			err = p.Replace(MarkName)
+		}
+		p.Abort()
 	}
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "write wake queue high-water mark %q", display)

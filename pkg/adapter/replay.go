@@ -1,13 +1,13 @@
 package adapter
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // ReplaySchema is the schema string of a Replay record file.
@@ -74,7 +74,8 @@ type replayFile struct {
 const maxReplayKeyBytes = 4096
 
 // OpenReplay returns the Replay store kept in dir, creating dir (mode 0700)
-// if needed. dir must be an absolute path to a directory, not a symlink.
+// if needed. dir must be an absolute path to a directory, not a symlink,
+// owned by the adapter's user and not group- or world-writable.
 func OpenReplay(dir string) (*Replay, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("replay: directory %q is not absolute", dir)
@@ -82,14 +83,11 @@ func OpenReplay(dir string) (*Replay, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+	r := &Replay{dir: dir}
+	if err := r.at(func(*os.File) error { return nil }); err != nil {
+		return nil, err
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("replay: %s is not a directory", dir)
-	}
-	return &Replay{dir: dir}, nil
+	return r, nil
 }
 
 // Replay opens the Replay store of this package: the directory "replay"
@@ -120,12 +118,16 @@ func (r *Replay) Load(sourceID, requestID string) (rec ReplayRecord, ok bool, er
 	if err != nil {
 		return ReplayRecord{}, false, err
 	}
-	data, err := os.ReadFile(p)
+	var data []byte
+	err = r.at(func(d *os.File) (err error) {
+		data, err = fsutil.ReadPrivateAt(d, filepath.Base(p), 2*MaxEnvelopeBytes)
+		return err
+	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return ReplayRecord{}, false, nil
 	}
 	if err != nil {
-		return ReplayRecord{}, false, fmt.Errorf("replay: %w", err)
+		return ReplayRecord{}, false, err
 	}
 	var f replayFile
 	if err := decodeStrict(data, 2*MaxEnvelopeBytes, "replay record", &f); err != nil {
@@ -142,12 +144,11 @@ func (r *Replay) Load(sourceID, requestID string) (rec ReplayRecord, ok bool, er
 }
 
 // Store durably records rec as the answer for rec.SourceID, replacing the
-// source's previous record: it writes a temporary file, syncs it, renames it
-// into place and syncs the directory. Only status "result" answers are
-// stored.
+// source's previous record (fsutil.ReplaceAt: written and synced in the
+// store's directory, renamed into place, directory synced), mode 0600. Only
+// status "result" answers are stored.
 func (r *Replay) Store(rec ReplayRecord) error {
-	p, err := r.path(rec.SourceID)
-	if err != nil {
+	if _, err := r.path(rec.SourceID); err != nil {
 		return err
 	}
 	if !ValidRequestID(rec.RequestID) {
@@ -166,25 +167,7 @@ func (r *Replay) Store(rec ReplayRecord) error {
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	tmp := filepath.Join(r.dir, "."+rec.SourceID+"."+hex.EncodeToString(nonce[:])+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("replay: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("replay: %w", err)
-	}
-	return syncDir(r.dir)
+	return r.at(func(d *os.File) error { return fsutil.ReplaceAt(d, rec.SourceID+".json", data) })
 }
 
 // Forget removes the record of sourceID, if any.
@@ -193,10 +176,7 @@ func (r *Replay) Forget(sourceID string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("replay: %w", err)
-	}
-	return syncDir(r.dir)
+	return r.at(func(d *os.File) error { return fsutil.RemoveAt(d, filepath.Base(p)) })
 }
 
 // Poll answers call.RequestID from the store when it was answered before;
@@ -228,14 +208,19 @@ func (r *Replay) Poll(call *Call, in PollInput, poll func() (PollResult, error))
 	return res, nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// at runs op on the store's directory, pinned (fsutil.OpenDir: a real
+// directory, owned by the adapter's user, not group- or world-writable), so
+// that every write goes through the handle and the layer's durability rule.
+func (r *Replay) at(op func(*os.File) error) error {
+	d, err := fsutil.OpenDir(r.dir, replayDirRule)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("replay: sync %s: %w", dir, err)
+	if err := op(d); err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
 	return nil
 }
+
+var replayDirRule = fsutil.DirRule{What: "replay directory"}

@@ -1,0 +1,330 @@
+package fsutil
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/errcode"
+)
+
+// Files by handle. Every file fm publishes is written and named here,
+// relative to a pinned directory (OpenDir): openat, linkat, renameat and
+// unlinkat through the directory's descriptor, never a path that could be
+// swapped for a link after the directory was checked.
+
+// ErrExists is wrapped by CreateAt when the final name exists.
+var ErrExists = errors.New("file exists")
+
+// NewOptions select how NewAt starts a file.
+type NewOptions struct {
+	// Temp is the name the file has in the directory while it is written,
+	// created exclusively (O_EXCL|O_NOFOLLOW); a leftover of that name is
+	// removed first when Stale is set (a fixed temp name whose every writer
+	// holds one lock). Empty: the file is written unnamed (O_TMPFILE), so a
+	// writer killed before it publishes leaves nothing behind; a Replace or
+	// an Exchange then names it TempName() for the instant before its rename
+	// (swept if the writer dies there: temp.go).
+	Temp  string
+	Stale bool
+	// Mode is the file's exact permission bits (chmod after the create, so
+	// the umask does not decide them); 0600 when zero.
+	Mode os.FileMode
+	// NoSync makes the file not durable: neither it nor the directory is
+	// fsynced (the invocation records; see the durability rule in the
+	// package doc for why that is their guarantee).
+	NoSync bool
+	// Final is the pinned directory of the final name when it is not the
+	// directory the file is written in (which must then be on the same file
+	// system, and one that readers do not scan, so that no reader ever meets
+	// a temp); both are fsynced. Nil: the same directory.
+	Final *os.File
+}
+
+// Pending is a new file being written in a pinned directory, not yet at its
+// final name. Write to it, then publish it with exactly one of Create,
+// Replace or Exchange, or drop it with Abort. Errors of its methods are the
+// raw errno or os error, for the caller to wrap with its own words.
+type Pending struct {
+	dir  *os.File // where the file is written
+	to   *os.File // where it is published
+	fd   int      // the open file; -1 once closed
+	tmp  string   // its name in dir; "" while unnamed
+	sync bool
+}
+
+// NewAt starts a file in the pinned directory dir (see NewOptions).
+func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
+	mode := uint32(o.Mode.Perm())
+	if mode == 0 {
+		mode = 0o600
+	}
+	d := int(dir.Fd())
+	var fd int
+	var err error
+	if o.Temp == "" {
+		fd, err = unix.Openat(d, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, mode)
+	} else {
+		if o.Stale {
+			if err := unix.Unlinkat(d, o.Temp, 0); err != nil && err != unix.ENOENT {
+				return nil, err
+			}
+		}
+		fd, err = unix.Openat(d, o.Temp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	to := o.Final
+	if to == nil {
+		to = dir
+	}
+	p := &Pending{dir: dir, to: to, fd: fd, tmp: o.Temp, sync: !o.NoSync}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		p.Abort()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Write appends b to the file, all of it or an error. It is a raw write(2)
+// on the descriptor: an os.File would cost an fcntl(2) on every owner
+// record of every invocation.
+func (p *Pending) Write(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Write(p.fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// Abort drops the file: closed, and its temp name removed. It may be called
+// after a publish (it then does nothing) and more than once.
+func (p *Pending) Abort() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+		if p.tmp != "" {
+			unix.Unlinkat(int(p.dir.Fd()), p.tmp, 0)
+		}
+	}
+}
+
+// finish makes the written bytes durable (unless NoSync).
+func (p *Pending) finish() error {
+	if p.sync {
+		return unix.Fsync(p.fd)
+	}
+	return nil
+}
+
+// done closes the published file and fsyncs the directories (unless
+// NoSync).
+func (p *Pending) done() error {
+	unix.Close(p.fd)
+	p.fd = -1
+	return p.syncDirs()
+}
+
+func (p *Pending) syncDirs() error {
+	if !p.sync {
+		return nil
+	}
+	if err := unix.Fsync(int(p.to.Fd())); err != nil || p.to == p.dir {
+		return err
+	}
+	return unix.Fsync(int(p.dir.Fd()))
+}
+
+// SetModTime sets the file's access and modification times to t.
+func (p *Pending) SetModTime(t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return unix.UtimesNanoAt(unix.AT_FDCWD, procFD(p.fd), []unix.Timespec{ts, ts}, 0)
+}
+
+// named gives an unnamed file a temp name, for a rename.
+func (p *Pending) named() error {
+	if p.tmp != "" {
+		return nil
+	}
+	tmp := TempName()
+	if err := linkAt(p.fd, p.dir, tmp); err != nil {
+		return err
+	}
+	p.tmp = tmp
+	return nil
+}
+
+// Create publishes the file as name without replacing anything: an
+// unnamed file is linked there, a named one renamed there with
+// RENAME_NOREPLACE. unix.EEXIST (which errors.Is os.ErrExist) when name
+// exists; nothing changed then.
+func (p *Pending) Create(name string) error {
+	defer p.Abort()
+	if err := p.finish(); err != nil {
+		return err
+	}
+	var err error
+	if p.tmp == "" {
+		err = linkAt(p.fd, p.to, name)
+	} else if err = RenameNoReplace(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err == nil {
+		p.tmp = ""
+	}
+	if err != nil {
+		return err
+	}
+	return p.done()
+}
+
+// Replace publishes the file as name, atomically replacing what is there:
+// a reader of name sees the old file or the new one, never a torn one.
+func (p *Pending) Replace(name string) error {
+	defer p.Abort()
+	if err := p.finish(); err != nil {
+		return err
+	}
+	if err := p.named(); err != nil {
+		return err
+	}
+	if err := unix.Renameat(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err != nil {
+		return err
+	}
+	p.tmp = ""
+	return p.done()
+}
+
+// Exchange is Replace by renameat2(RENAME_EXCHANGE) where a file is at name:
+// the old file is swapped to the temp name and unlinked there. For readers
+// it is the same as Replace; for the file system it is not a rename over an
+// existing name, which ext4 (auto_da_alloc) answers by allocating the new
+// file's blocks at once (see launch's record publish for what that costs).
+// Where name is absent or the file system cannot exchange, it is Replace.
+func (p *Pending) Exchange(name string) error {
+	if err := p.finish(); err != nil {
+		p.Abort()
+		return err
+	}
+	if err := p.named(); err != nil {
+		p.Abort()
+		return err
+	}
+	switch err := Exchange(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err {
+	case nil:
+		p.Abort() // unlinks the old file, now at the temp name
+		return p.syncDirs()
+	case unix.ENOENT, unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
+		return p.Replace(name)
+	default:
+		p.Abort()
+		return err
+	}
+}
+
+// linkAt gives the unnamed open file fd the name name in dir; EEXIST rather
+// than replacing anything.
+func linkAt(fd int, dir *os.File, name string) error {
+	return unix.Linkat(unix.AT_FDCWD, procFD(fd), int(dir.Fd()), name, unix.AT_SYMLINK_FOLLOW)
+}
+
+// procFD is the /proc path of this process's descriptor fd.
+func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// CreateAt durably creates name in the pinned directory dir holding data
+// (mode 0600), without replacing anything: written unnamed and fsynced,
+// linked at name, directory fsynced. If name exists nothing changes and the
+// error wraps ErrExists.
+func CreateAt(dir *os.File, name string, data []byte) error {
+	return writeAt(dir, name, data, (*Pending).Create)
+}
+
+// ReplaceAt durably replaces name in the pinned directory dir with data
+// (mode 0600): a reader sees the old or the new file, never a torn one.
+func ReplaceAt(dir *os.File, name string, data []byte) error {
+	return writeAt(dir, name, data, (*Pending).Replace)
+}
+
+func writeAt(dir *os.File, name string, data []byte, publish func(*Pending, string) error) error {
+	p, err := NewAt(dir, NewOptions{})
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "create a file in %q", dir.Name())
+	}
+	if _, err := p.Write(data); err != nil {
+		p.Abort()
+		return errcode.Wrap(errcode.Internal, err, "write a file in %q", dir.Name())
+	}
+	path := filepath.Join(dir.Name(), name)
+	switch err := publish(p, name); {
+	case err == unix.EEXIST:
+		return fmt.Errorf("%q: %w", path, ErrExists)
+	case err != nil:
+		return errcode.Wrap(errcode.Internal, err, "publish %q", path)
+	}
+	return nil
+}
+
+// RemoveAt durably removes the file name from the pinned directory dir; an
+// absent name is not an error.
+func RemoveAt(dir *os.File, name string) error {
+	if _, err := UnlinkAt(dir, name); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "remove %q", filepath.Join(dir.Name(), name))
+	}
+	return SyncAt(dir)
+}
+
+// UnlinkAt removes the file name from the pinned directory dir, not durably
+// (nothing is fsynced: a lock file, an invocation record), and reports
+// whether it was there. Errors are the raw errno, for the caller to wrap.
+func UnlinkAt(dir *os.File, name string) (bool, error) {
+	switch err := unix.Unlinkat(int(dir.Fd()), name, 0); err {
+	case nil:
+		return true, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// ExistsAt reports whether the pinned directory dir holds an entry name
+// (links not followed).
+func ExistsAt(dir *os.File, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
+// SyncAt fsyncs the pinned directory dir so the names in it are durable.
+func SyncAt(dir *os.File) error {
+	if err := unix.Fsync(int(dir.Fd())); err != nil {
+		return errcode.Wrap(errcode.Internal, err, "sync directory %q", dir.Name())
+	}
+	return nil
+}
+
+// NamesAt lists the entries of the pinned directory dir, through a fresh
+// descriptor of it (a dup would share dir's offset).
+func NamesAt(dir *os.File) ([]string, error) {
+	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "read directory %q", dir.Name())
+	}
+	f := os.NewFile(uintptr(fd), dir.Name())
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil && err != io.EOF {
+		return nil, errcode.Wrap(errcode.Internal, err, "read directory %q", dir.Name())
+	}
+	return names, nil
+}
