@@ -14,6 +14,8 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/pkg/adapter/wire"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // Exit statuses of `fm extension process-event source.poll` ([OP-2]).
@@ -282,25 +284,18 @@ func init() {
 			if err != nil {
 				return err
 			}
-			pending := map[string]int{}
+			pending := map[string]int64{}
 			for _, r := range results {
 				if !r.Handled {
 					pending[r.SourceID]++
 				}
 			}
-			type row struct {
-				SourceID string `json:"source_id"`
-				Adapter  string `json:"adapter"`
-				Kind     string `json:"kind"`
-				Owner    string `json:"owner"`
-				Pending  int    `json:"pending"`
-			}
-			rows := []row{}
+			rows := []fmjson.Source{}
 			for _, r := range regs {
-				rows = append(rows, row{r.SourceID, r.Adapter, r.Kind, r.Owner(), pending[r.SourceID]})
+				rows = append(rows, fmjson.Source{SourceID: r.SourceID, Adapter: r.Adapter, Kind: r.Kind, Owner: r.Owner(), Pending: pending[r.SourceID]})
 			}
 			if listJSON {
-				return writeJSON(e, map[string]any{"sources": rows})
+				return writeJSON(e, fmjson.Sources{Sources: rows})
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(e.Stdout, "no process-event sources")
@@ -331,10 +326,7 @@ func init() {
 				return err
 			}
 			if inboxJSON {
-				if results == nil {
-					results = []procevent.Result{}
-				}
-				return writeJSON(e, map[string]any{"results": results})
+				return writeJSON(e, inboxDocument(results))
 			}
 			if len(results) == 0 {
 				fmt.Fprintln(e.Stdout, "no captured results")
@@ -399,7 +391,7 @@ func init() {
 				return err
 			}
 			adapter, op := args[0], args[1]
-			if !slices.Contains(protocol.Operations, op) {
+			if !slices.Contains(wire.Operations, op) {
 				return errcode.New(errcode.Usage, "unknown operation %q (one of source.poll, result.classify, result.terminal, result.silent)", op)
 			}
 			if pe.requestID != "" {
@@ -415,7 +407,7 @@ func init() {
 			if pe.showStderr {
 				o.Stderr = showStderr(e.Stderr)
 			}
-			if op == protocol.OpPoll {
+			if op == wire.OpPoll {
 				return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, o)
 			}
 			if pe.resultFile == "" || pe.configRef != "" || pe.uncaptured {
@@ -426,9 +418,9 @@ func init() {
 				return err
 			}
 			switch r := res.(type) {
-			case *protocol.ClassifyResult:
+			case *wire.ClassifyResult:
 				fmt.Fprintln(e.Stdout, r.Classification)
-			case *protocol.BoolResult:
+			case *wire.BoolResult:
 				fmt.Fprintln(e.Stdout, r.Value)
 			}
 			return nil
@@ -459,7 +451,7 @@ func directPoll(e *Env, adapter, sourceID, configRef, resultFile string, o proce
 	if err != nil {
 		return err
 	}
-	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, o)
+	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, wire.PollInput{SourceID: sourceID, ConfigRef: configRef}, o)
 	switch {
 	case err != nil:
 		return err // refused before anything ran (a registered source, or its runner is polling it)
@@ -500,4 +492,19 @@ func shellWord(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// inboxDocument is the --json form of procevent inbox.
+func inboxDocument(results []procevent.Result) fmjson.Inbox {
+	doc := fmjson.Inbox{Results: make([]fmjson.Result, 0, len(results))}
+	for _, r := range results {
+		doc.Results = append(doc.Results, fmjson.Result{
+			Schema: r.Schema, Kind: r.Kind, Adapter: r.Adapter, SourceID: r.SourceID, Sequence: r.Sequence,
+			Evidence: r.Evidence, CapturedAt: r.CapturedAt,
+			ExtensionID: r.ExtensionID, ExtensionVersion: r.ExtensionVersion, CapabilityVersion: r.CapabilityVersion,
+			PackageDigest: r.PackageDigest, BindingDigest: r.BindingDigest,
+			Path: r.Path, Handled: r.Handled,
+		})
+	}
+	return doc
 }

@@ -16,6 +16,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // The inbox <state>/procevent-inbox holds, per captured result,
@@ -475,7 +476,7 @@ func loadResult(h *home.Home, path string) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	content, err := fsutil.ReadPrivateAt(d.inbox, filepath.Base(abs), protocol.MaxContent)
+	content, err := fsutil.ReadPrivateAt(d.inbox, filepath.Base(abs), wire.MaxContentBytes)
 	if os.IsNotExist(err) {
 		return nil, errcode.New(errcode.SourceMissing, "no captured result %q; see fm procevent inbox", abs)
 	}
