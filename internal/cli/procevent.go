@@ -498,13 +498,7 @@ func shellWord(s string) string {
 func inboxDocument(results []procevent.Result) fmjson.Inbox {
 	doc := fmjson.Inbox{Results: make([]fmjson.Result, 0, len(results))}
 	for _, r := range results {
-		doc.Results = append(doc.Results, fmjson.Result{
-			Schema: r.Schema, Kind: r.Kind, Adapter: r.Adapter, SourceID: r.SourceID, Sequence: r.Sequence,
-			Evidence: r.Evidence, CapturedAt: r.CapturedAt,
-			ExtensionID: r.ExtensionID, ExtensionVersion: r.ExtensionVersion, CapabilityVersion: r.CapabilityVersion,
-			PackageDigest: r.PackageDigest, BindingDigest: r.BindingDigest,
-			Path: r.Path, Handled: r.Handled,
-		})
+		doc.Results = append(doc.Results, fmjson.Result{Meta: fmjson.Meta(r.Meta), Path: r.Path, Handled: r.Handled})
 	}
 	return doc
 }

@@ -238,6 +238,12 @@ func (r *reporter) checkShape(raw jsontext.Value, t reflect.Type, ptr string) er
 		}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
+			if inlined(f) {
+				if err := r.checkShape(raw, f.Type, ptr); err != nil {
+					return err
+				}
+				continue
+			}
 			name, optional, ok := fieldName(f)
 			if !ok {
 				continue
@@ -284,6 +290,12 @@ func (r *reporter) checkShape(raw jsontext.Value, t reflect.Type, ptr string) er
 		}
 	}
 	return nil
+}
+
+// inlined reports whether f is an embedded struct without a JSON name,
+// whose members the encoder writes as its parent's own.
+func inlined(f reflect.StructField) bool {
+	return f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == ""
 }
 
 func fieldName(f reflect.StructField) (name string, optional, ok bool) {

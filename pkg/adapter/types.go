@@ -33,11 +33,11 @@ type (
 
 // The five protocol error codes (see wire.Code for when to use which).
 const (
-	InvalidRequest = wire.InvalidRequest
-	Incompatible   = wire.Incompatible
-	Conflict       = wire.Conflict
-	Unavailable    = wire.Unavailable
-	Internal       = wire.Internal
+	InvalidRequest Code = wire.InvalidRequest
+	Incompatible   Code = wire.Incompatible
+	Conflict       Code = wire.Conflict
+	Unavailable    Code = wire.Unavailable
+	Internal       Code = wire.Internal
 )
 
 // Output returns the poll result carrying output.

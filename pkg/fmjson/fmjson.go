@@ -23,8 +23,18 @@ type Inbox struct {
 	Results []Result `json:"results"`
 }
 
-// Result is one captured result.
+// Result is one captured result: its Meta, where its bytes are, and whether
+// it was handled.
 type Result struct {
+	Meta
+	// Path is the result file; its bytes are exactly what was captured.
+	Path    string `json:"path"`
+	Handled bool   `json:"handled"`
+}
+
+// Meta is the immutable owner of one captured result, as fm stores it beside
+// the result and lists it.
+type Meta struct {
 	Schema string `json:"schema"`
 	// Kind is "extension" (a source served by a binding) or "builtin".
 	Kind     string `json:"kind"`
@@ -42,10 +52,6 @@ type Result struct {
 	CapabilityVersion int64  `json:"capability_version,omitzero"`
 	PackageDigest     string `json:"package_digest,omitzero"`
 	BindingDigest     string `json:"binding_digest,omitzero"`
-
-	// Path is the result file; its bytes are exactly what was captured.
-	Path    string `json:"path"`
-	Handled bool   `json:"handled"`
 }
 
 // Wakes is what `fm wake list --json` prints: the wake queue.

@@ -356,11 +356,11 @@ func TestHomeJSONListings(t *testing.T) {
 	f.answer(inboxDoc, "", 0)
 	got := h.Inbox()
 	want := []fmjson.Result{
-		{Schema: "firstmate.procevent-result-meta.v1", Kind: "extension", Adapter: "tiny", SourceID: "src", Sequence: 1,
+		{Meta: fmjson.Meta{Schema: "firstmate.procevent-result-meta.v1", Kind: "extension", Adapter: "tiny", SourceID: "src", Sequence: 1,
 			CapturedAt: 1796029525, ExtensionID: "org.example.tiny", ExtensionVersion: "1.2.3", CapabilityVersion: 1,
-			PackageDigest: digestB, BindingDigest: digestA, Path: "/h/state/procevent-inbox/src.1.result"},
-		{Schema: "firstmate.procevent-result-meta.v1", Kind: "builtin", Adapter: "file-watch", SourceID: "w", Sequence: 3,
-			CapturedAt: 1796029526, Path: "/h/state/procevent-inbox/w.3.result", Handled: true},
+			PackageDigest: digestB, BindingDigest: digestA}, Path: "/h/state/procevent-inbox/src.1.result"},
+		{Meta: fmjson.Meta{Schema: "firstmate.procevent-result-meta.v1", Kind: "builtin", Adapter: "file-watch", SourceID: "w", Sequence: 3,
+			CapturedAt: 1796029526}, Path: "/h/state/procevent-inbox/w.3.result", Handled: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("inbox %+v", got)

@@ -91,26 +91,20 @@ func DecodeRequest(data []byte) (*Request, error) {
 }
 
 // PollInput strictly decodes and validates the input of a source.poll request.
-func (r *Request) PollInput() (PollInput, error) {
-	var in PollInput
-	if err := Decode(r.Input, MaxEnvelopeBytes, "request input", &in); err != nil {
-		return PollInput{}, err
-	}
-	if err := in.Validate(); err != nil {
-		return PollInput{}, err
-	}
-	return in, nil
-}
+func (r *Request) PollInput() (PollInput, error) { return decodeInput[PollInput](r.Input) }
 
 // ResultInput strictly decodes and validates the input of a result.classify,
 // result.terminal or result.silent request.
-func (r *Request) ResultInput() (ResultInput, error) {
-	var in ResultInput
-	if err := Decode(r.Input, MaxEnvelopeBytes, "request input", &in); err != nil {
-		return ResultInput{}, err
+func (r *Request) ResultInput() (ResultInput, error) { return decodeInput[ResultInput](r.Input) }
+
+// decodeInput strictly decodes and validates a request's input.
+func decodeInput[In interface{ Validate() error }](raw []byte) (In, error) {
+	var in, zero In
+	if err := Decode(raw, MaxEnvelopeBytes, "request input", &in); err != nil {
+		return zero, err
 	}
 	if err := in.Validate(); err != nil {
-		return ResultInput{}, err
+		return zero, err
 	}
 	return in, nil
 }

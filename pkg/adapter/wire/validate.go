@@ -10,17 +10,11 @@ import (
 // adapter names. It does not check the identity against a package. Errors are
 // *Error with code InvalidRequest or Incompatible.
 func (r *HandshakeRequest) Validate() error {
-	switch {
-	case r.Schema != HandshakeRequestSchema:
-		return errf(Incompatible, "handshake request: schema is not %s", HandshakeRequestSchema)
-	case !ValidRequestID(r.RequestID):
-		return errf(InvalidRequest, "handshake request: request_id is not sha256:<64 lowercase hex>")
-	case !ValidExtensionID(r.ExtensionID):
-		return errf(InvalidRequest, "handshake request: extension_id is not a valid id")
-	case !ValidVersion(r.ExtensionVersion):
-		return errf(InvalidRequest, "handshake request: extension_version is not a semantic version")
-	case !ValidRequestID(r.PackageDigest):
-		return errf(InvalidRequest, "handshake request: package_digest is not sha256:<64 lowercase hex>")
+	if err := checkHead("handshake request", r.Schema, HandshakeRequestSchema, r.RequestID); err != nil {
+		return err
+	}
+	if err := checkPackage("handshake request", r.ExtensionID, r.ExtensionVersion, r.PackageDigest); err != nil {
+		return err
 	}
 	if err := CheckVersionList(r.HostProtocols, "host_protocols"); err != nil {
 		return errf(InvalidRequest, "handshake request: %v", err)
@@ -49,28 +43,51 @@ func (r *HandshakeRequest) Validate() error {
 // does not check the identity or adapter against a package, nor the input
 // (PollInput and ResultInput do).
 func (r *Request) Validate() error {
+	if err := checkHead("request", r.Schema, RequestSchema, r.RequestID); err != nil {
+		return err
+	}
 	switch {
-	case r.Schema != RequestSchema:
-		return errf(Incompatible, "request: schema is not %s", RequestSchema)
-	case !ValidRequestID(r.RequestID):
-		return errf(InvalidRequest, "request: request_id is not sha256:<64 lowercase hex>")
 	case r.HostProtocol != HostProtocol:
 		return errf(Incompatible, "request: host_protocol %d is not supported (only %d)", r.HostProtocol, HostProtocol)
 	case r.Capability != CapabilityName:
 		return errf(Incompatible, "request: capability is not %s", CapabilityName)
 	case r.CapabilityVersion != CapabilityVersion:
 		return errf(Incompatible, "request: capability_version %d is not supported (only %d)", r.CapabilityVersion, CapabilityVersion)
-	case !ValidExtensionID(r.ExtensionID):
-		return errf(InvalidRequest, "request: extension_id is not a valid id")
-	case !ValidVersion(r.ExtensionVersion):
-		return errf(InvalidRequest, "request: extension_version is not a semantic version")
-	case !ValidRequestID(r.PackageDigest):
-		return errf(InvalidRequest, "request: package_digest is not sha256:<64 lowercase hex>")
-	case !ValidAdapterName(r.Adapter):
+	}
+	if err := checkPackage("request", r.ExtensionID, r.ExtensionVersion, r.PackageDigest); err != nil {
+		return err
+	}
+	if !ValidAdapterName(r.Adapter) {
 		return errf(InvalidRequest, "request: adapter is not a valid adapter name")
 	}
 	if !slices.Contains(Operations, r.Operation) {
 		return errf(Incompatible, "request: operation %q is not part of %s/%d", Clip(r.Operation, 40), CapabilityName, CapabilityVersion)
+	}
+	return nil
+}
+
+// checkHead checks what every request starts with: its schema (another is
+// Incompatible) and its request id.
+func checkHead(what, schema, want, requestID string) error {
+	if schema != want {
+		return errf(Incompatible, "%s: schema is not %s", what, want)
+	}
+	if !ValidRequestID(requestID) {
+		return errf(InvalidRequest, "%s: request_id is not sha256:<64 lowercase hex>", what)
+	}
+	return nil
+}
+
+// checkPackage checks the bound package identity every request names: the
+// extension id and version, and the package digest.
+func checkPackage(what, id, version, digest string) error {
+	switch {
+	case !ValidExtensionID(id):
+		return errf(InvalidRequest, "%s: extension_id is not a valid id", what)
+	case !ValidVersion(version):
+		return errf(InvalidRequest, "%s: extension_version is not a semantic version", what)
+	case !ValidRequestID(digest):
+		return errf(InvalidRequest, "%s: package_digest is not sha256:<64 lowercase hex>", what)
 	}
 	return nil
 }
