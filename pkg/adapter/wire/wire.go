@@ -33,7 +33,8 @@
 //     the SDK refuses, because both call these functions.
 //  5. A text that reaches a log, a file name or a terminal holds no control
 //     character (IsControl: C0, DEL and C1), so that a package cannot forge
-//     a line or a terminal sequence in what the host or an operator reads.
+//     a line or a terminal sequence in what the host or an operator reads;
+//     Sanitize, Truncate and Clip make foreign text fit for a message.
 //  6. Version lists (host_protocols, capability versions) are non-empty,
 //     duplicate-free lists of integers 1..2^31-1 (CheckVersionList), int64
 //     on both sides: no conversion can truncate one.
