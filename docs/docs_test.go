@@ -22,7 +22,7 @@ import (
 	"unicode/utf8"
 
 	"firstmate.dev/fm/internal/errcode"
-	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Every error code has a row in the troubleshooting table (issue 6).
@@ -61,13 +61,13 @@ func TestTroubleshootingTableHasNoStrayRow(t *testing.T) {
 // codes it can build: a package's ok=false answer becomes
 // extension-<its code> ([PROTO-4]).
 var dynamicCodes = map[string][]string{
-	`internal/protocol/protocol.go: "extension-" + e.Code`: prefixed("extension-", protocol.PackageErrorCodes),
+	`internal/protocol/protocol.go: "extension-" + string(e.Code)`: prefixed("extension-", wire.Codes),
 }
 
-func prefixed(prefix string, codes []string) []string {
+func prefixed(prefix string, codes []wire.Code) []string {
 	out := make([]string, len(codes))
 	for i, c := range codes {
-		out[i] = prefix + c
+		out[i] = prefix + string(c)
 	}
 	return out
 }

@@ -17,6 +17,7 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // The tests of protocol.md bind packages through the real host, whose launch
@@ -103,10 +104,10 @@ func TestProtocolDocEnvelopeKeys(t *testing.T) {
 		text, marker string
 		envelope     any
 	}{
-		{hs, "The request (`[PROTO-1]`)", protocol.HandshakeRequest{}},
-		{hs, "The response (`[PROTO-2]`)", protocol.HandshakeResponse{}},
-		{inv, "request (`[PROTO-3]`)", protocol.Request{}},
-		{inv, "The response (`[PROTO-4]`)", protocol.Response{}},
+		{hs, "The request (`[PROTO-1]`)", wire.HandshakeRequest{}},
+		{hs, "The response (`[PROTO-2]`)", wire.HandshakeResponse{}},
+		{inv, "request (`[PROTO-3]`)", wire.Request{}},
+		{inv, "The response (`[PROTO-4]`)", wire.Response{}},
 	} {
 		if got, want := tableKeys(t, c.text, c.marker), jsonKeys(c.envelope); !slices.Equal(got, want) {
 			t.Errorf("protocol.md %q lists %v; the host's %T has %v", c.marker, got, c.envelope, want)
@@ -168,12 +169,12 @@ func TestProtocolDocExamplesRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("binding the sh adapter of protocol.md §12: %v", err)
 	}
-	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: "tick", Operation: protocol.OpClassify,
-		Input: protocol.ResultInput{SourceID: "s1", Sequence: 1, Content: "tick 2026-01-01T00:00:00Z"}})
+	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: "tick", Operation: wire.OpClassify,
+		Input: wire.ResultInput{SourceID: "s1", Sequence: 1, Content: "tick 2026-01-01T00:00:00Z"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, ok := res.(*protocol.ClassifyResult); !ok || c.Classification != "tick" {
+	if c, ok := res.(*wire.ClassifyResult); !ok || c.Classification != "tick" {
 		t.Fatalf("classify answered %#v", res)
 	}
 
@@ -209,14 +210,14 @@ func TestProtocolDocExamplesRun(t *testing.T) {
 		}
 		return out
 	}
-	var hreq protocol.HandshakeRequest
+	var hreq wire.HandshakeRequest
 	if err := json.Unmarshal([]byte(reqs[0][1]), &hreq); err != nil {
 		t.Fatal(err)
 	}
 	if err := protocol.CheckHandshake(run("handshake", reqs[0][1]), &hreq); err != nil {
 		t.Fatalf("the §14 handshake answer: %v", err)
 	}
-	var ireq protocol.Request
+	var ireq wire.Request
 	if err := json.Unmarshal([]byte(reqs[1][1]), &ireq); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestProtocolDocExamplesRun(t *testing.T) {
 	}
 	if res, err := protocol.DecodeResult(ireq.Operation, raw); err != nil {
 		t.Fatalf("the §14 invoke result: %v", err)
-	} else if c, ok := res.(*protocol.ClassifyResult); !ok || c.Classification != "tick" {
+	} else if c, ok := res.(*wire.ClassifyResult); !ok || c.Classification != "tick" {
 		t.Fatalf("the §14 invoke answered %#v", res)
 	}
 }

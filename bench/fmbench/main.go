@@ -46,6 +46,7 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 var (
@@ -217,27 +218,27 @@ func setup() floor {
 	tmp, err := os.MkdirTemp("", "fmbench-")
 	check(err)
 	c := b.Capabilities[0]
-	hs := protocol.HandshakeRequest{
-		Schema:           protocol.HandshakeRequestSchema,
+	hs := wire.HandshakeRequest{
+		Schema:           wire.HandshakeRequestSchema,
 		RequestID:        protocol.NewRequestID(),
 		HostProtocols:    protocol.HostProtocols,
 		ExtensionID:      b.ExtensionID,
 		ExtensionVersion: b.ExtensionVersion,
 		PackageDigest:    b.PackageDigest,
-		Capability:       protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
+		Capability:       wire.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
-	inv := protocol.Request{
-		Schema:            protocol.RequestSchema,
+	inv := wire.Request{
+		Schema:            wire.RequestSchema,
 		RequestID:         protocol.NewRequestID(),
 		HostProtocol:      b.HostProtocol,
 		ExtensionID:       b.ExtensionID,
 		ExtensionVersion:  b.ExtensionVersion,
 		PackageDigest:     b.PackageDigest,
-		Capability:        protocol.Capability,
+		Capability:        wire.CapabilityName,
 		CapabilityVersion: c.Version,
 		Adapter:           *adapter,
-		Operation:         protocol.OpPoll,
-		Input:             protocol.PollInput{SourceID: "bench", ConfigRef: "bench"},
+		Operation:         wire.OpPoll,
+		Input:             []byte(`{"config_ref":"bench","source_id":"bench"}`),
 	}
 	f := floor{
 		entry: filepath.Join(b.PackageRoot, filepath.FromSlash(b.Entrypoint)),
@@ -512,7 +513,7 @@ func serveIdle(fm string) {
 		check(err)
 		inFlight := 0
 		for _, r := range recs {
-			if r.Phase == launch.PhaseGroup && r.Operation == protocol.OpPoll {
+			if r.Phase == launch.PhaseGroup && r.Operation == wire.OpPoll {
 				inFlight++
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // The test binary doubles as the entrypoint: run with this variable set, it
@@ -79,32 +80,29 @@ func TestEntrypointHandshakeAndPoll(t *testing.T) {
 	state := t.TempDir()
 	h := adaptertest.New(t, dirsignal.New())
 	hreq := h.HandshakeRequest()
-	data, _ := adapter.Canonical(hreq)
+	data, _ := wire.Canonical(hreq)
 	code, stdout, stderr := run(t, entrypoint(t, "handshake", data, state))
 	if code != 0 || len(stderr) != 0 {
 		t.Fatalf("handshake: exit %d, stderr %q", code, stderr)
 	}
-	hresp, err := adapter.DecodeHandshakeResponse(stdout)
+	_, err := adaptertest.DecodeHandshakeResponse(hreq, stdout)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := adapter.CheckHandshake(hreq, hresp); err != nil {
 		t.Fatal(err)
 	}
 
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "signal"), []byte("hello from a file\n"), 0o600)
-	req := h.Request(dirsignal.AdapterName, adapter.OpPoll, adapter.PollInput{SourceID: "src", ConfigRef: "dir:" + dir})
-	data, _ = adapter.Canonical(req)
+	req := h.Request(dirsignal.AdapterName, wire.OpPoll, adapter.PollInput{SourceID: "src", ConfigRef: "dir:" + dir})
+	data, _ = wire.Canonical(req)
 	code, stdout, stderr = run(t, entrypoint(t, "invoke", data, state))
 	if code != 0 || len(stderr) != 0 {
 		t.Fatalf("invoke: exit %d, stderr %q", code, stderr)
 	}
-	resp, err := adapter.DecodeResponse(stdout)
+	resp, err := adaptertest.DecodeResponse(req.RequestID, stdout)
 	if err != nil || !resp.OK || resp.RequestID != req.RequestID {
 		t.Fatalf("invoke: %v %+v", err, resp)
 	}
-	res, err := adapter.DecodePollResult(resp.Result)
+	res, err := adaptertest.DecodePollResult(resp.Result)
 	if err != nil || res != adapter.Output("hello from a file\n") {
 		t.Fatalf("poll result %+v %v", res, err)
 	}
@@ -119,9 +117,9 @@ func TestEntrypointRefusals(t *testing.T) {
 	h := adaptertest.New(t, dirsignal.New())
 	hreq := h.HandshakeRequest()
 	hreq.Capability.AdapterNames = []string{"file-signal"}
-	data, _ := adapter.Canonical(hreq)
+	data, _ := wire.Canonical(hreq)
 	code, stdout, stderr = run(t, entrypoint(t, "handshake", data, state))
-	if code != 1 || len(stdout) != 0 || len(stderr) == 0 || len(stderr) > adapter.MaxStderrBytes {
+	if code != 1 || len(stdout) != 0 || len(stderr) == 0 || len(stderr) > wire.MaxStderrBytes {
 		t.Fatalf("refused handshake: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
 	code, stdout, _ = run(t, entrypoint(t, "invoke", []byte("{"), state))
@@ -134,8 +132,8 @@ func TestEntrypointRefusals(t *testing.T) {
 // process exits.
 func TestEntrypointStopsOnSIGTERM(t *testing.T) {
 	h := adaptertest.New(t, dirsignal.New())
-	req := h.Request(dirsignal.AdapterName, adapter.OpPoll, adapter.PollInput{SourceID: "src", ConfigRef: "dir:" + t.TempDir()})
-	data, _ := adapter.Canonical(req)
+	req := h.Request(dirsignal.AdapterName, wire.OpPoll, adapter.PollInput{SourceID: "src", ConfigRef: "dir:" + t.TempDir()})
+	data, _ := wire.Canonical(req)
 	cmd := entrypoint(t, "invoke", data, t.TempDir())
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -157,7 +155,7 @@ func TestEntrypointStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("took %v to stop", time.Since(start))
 	}
 	if stdout.Len() != 0 {
-		if _, err := adapter.DecodeResponse(stdout.Bytes()); err != nil {
+		if _, err := adaptertest.DecodeResponse(req.RequestID, stdout.Bytes()); err != nil {
 			t.Fatalf("partial or invalid answer after SIGTERM: %v", err)
 		}
 	}

@@ -31,9 +31,9 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
-	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Schema is the binding record schema.
@@ -162,10 +162,10 @@ func (r *Record) Validate(h *home.Home, what string) error {
 	if r.Schema != Schema {
 		return bad("schema must be %q", Schema)
 	}
-	if err := manifest.CheckID(r.ExtensionID); err != nil {
+	if err := wire.CheckID(r.ExtensionID); err != nil {
 		return bad("extension_%v", err)
 	}
-	if err := manifest.CheckVersion(r.ExtensionVersion); err != nil {
+	if err := wire.CheckVersion(r.ExtensionVersion); err != nil {
 		return bad("extension_%v", err)
 	}
 	if r.Source.Kind != SourceKind || !filepath.IsAbs(r.Source.Path) || filepath.Clean(r.Source.Path) != r.Source.Path {
@@ -179,20 +179,20 @@ func (r *Record) Validate(h *home.Home, what string) error {
 	if want := h.PackageRoot(r.ExtensionID, r.ExtensionVersion, Hex(r.PackageDigest)); r.PackageRoot != want {
 		return bad("package_root must be %q", want)
 	}
-	if err := manifest.CheckEntrypoint(r.Entrypoint); err != nil {
+	if err := wire.CheckEntrypoint(r.Entrypoint); err != nil {
 		return bad("%v", err)
 	}
 	if !slices.Contains(protocol.HostProtocols, r.HostProtocol) {
 		return errcode.New(errcode.ProtocolIncompatible, "%s: host_protocol %d is not supported by this host (supported: 1); rebind with this host", what, r.HostProtocol)
 	}
-	if len(r.Capabilities) != 1 || r.Capabilities[0].Name != protocol.Capability {
-		return bad("capabilities must hold exactly one %s capability", protocol.Capability)
+	if len(r.Capabilities) != 1 || r.Capabilities[0].Name != wire.CapabilityName {
+		return bad("capabilities must hold exactly one %s capability", wire.CapabilityName)
 	}
 	c := r.Capabilities[0]
 	if !slices.Contains(protocol.CapabilityVersions, c.Version) {
 		return errcode.New(errcode.ProtocolIncompatible, "%s: %s version %d is not supported by this host (supported: 1)", what, c.Name, c.Version)
 	}
-	if err := manifest.CheckAdapterNames(c.AdapterNames); err != nil {
+	if err := wire.CheckAdapterNames(c.AdapterNames); err != nil {
 		return bad("capabilities[0].%v", err)
 	}
 	if !r.Consents.TrustedSameUserCode {
@@ -317,7 +317,7 @@ func load(h *home.Home, dir string, skipVanished bool, retiring string) ([]*Bind
 func read(h *home.Home, path string) (*Binding, error) {
 	name := filepath.Base(path)
 	id, ok := strings.CutSuffix(name, ".json")
-	if strings.HasPrefix(name, ".") || !ok || manifest.CheckID(id) != nil {
+	if strings.HasPrefix(name, ".") || !ok || wire.CheckID(id) != nil {
 		return nil, errcode.New(errcode.RegistryInvalid, "registry entry %q is not <extension-id>.json; remove it", path)
 	}
 	data, err := fsutil.ReadPrivateFile(path, MaxBytes)

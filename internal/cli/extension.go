@@ -14,9 +14,10 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
-	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // bindFlags are the bind options shared by bind, receive-transfer-bind and
@@ -31,7 +32,7 @@ type bindFlags struct {
 func (f *bindFlags) declare(fs *flag.FlagSet) {
 	fs.Var(&f.adapters, "adapter", "an adapter name to enable (repeatable; at least one)")
 	fs.BoolVar(&f.trust, "trust-same-user-code", false, "confirm that the package is trusted to run as you (required)")
-	fs.Var(&f.consents, "consent", "a consent fact the package requires: "+strings.Join(manifest.Consents, ", ")+" (repeatable)")
+	fs.Var(&f.consents, "consent", "a consent fact the package requires: "+strings.Join(wire.Consents, ", ")+" (repeatable)")
 	fs.Func("timeout-ms", "invoke timeout in milliseconds, 100..3600000 (default 300000)", func(v string) error {
 		f.timeout = &v
 		return nil
@@ -42,8 +43,8 @@ func (f *bindFlags) declare(fs *flag.FlagSet) {
 func (f *bindFlags) options(dir string) (host.BindOptions, error) {
 	opts := host.BindOptions{Dir: dir, Trust: f.trust, TimeoutMS: binding.DefaultTimeoutMS}
 	for _, c := range f.consents {
-		if !slices.Contains(manifest.Consents, c) {
-			return opts, errcode.New(errcode.Usage, "unknown consent %q (known: %s)", c, strings.Join(manifest.Consents, ", "))
+		if !slices.Contains(wire.Consents, c) {
+			return opts, errcode.New(errcode.Usage, "unknown consent %q (known: %s)", c, strings.Join(wire.Consents, ", "))
 		}
 		if !slices.Contains(opts.Consents, c) {
 			opts.Consents = append(opts.Consents, c)
@@ -264,23 +265,16 @@ func loadRegistry(e *Env) ([]*binding.Binding, error) {
 }
 
 // listDocument is the --json form of extension list.
-func listDocument(bs []*binding.Binding) any {
-	type row struct {
-		ExtensionID       string   `json:"extension_id"`
-		ExtensionVersion  string   `json:"extension_version"`
-		Capability        string   `json:"capability"`
-		CapabilityVersion int64    `json:"capability_version"`
-		AdapterNames      []string `json:"adapter_names"`
-		PackageDigest     string   `json:"package_digest"`
-		BindingDigest     string   `json:"binding_digest"`
-		Binding           string   `json:"binding"`
-	}
-	rows := []row{}
+func listDocument(bs []*binding.Binding) fmjson.Bindings {
+	doc := fmjson.Bindings{Bindings: []fmjson.Binding{}}
 	for _, b := range bs {
 		c := b.Capabilities[0]
-		rows = append(rows, row{b.ExtensionID, b.ExtensionVersion, c.Name, c.Version, c.AdapterNames, b.PackageDigest, b.Digest, b.Path})
+		doc.Bindings = append(doc.Bindings, fmjson.Binding{
+			ExtensionID: b.ExtensionID, ExtensionVersion: b.ExtensionVersion, Capability: c.Name, CapabilityVersion: c.Version,
+			AdapterNames: c.AdapterNames, PackageDigest: b.PackageDigest, BindingDigest: b.Digest, Binding: b.Path,
+		})
 	}
-	return map[string]any{"bindings": rows}
+	return doc
 }
 
 // writeJSON prints one pretty JSON document.

@@ -14,6 +14,8 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/pkg/adapter/wire"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // Exit statuses of `fm extension process-event source.poll` ([OP-2]).
@@ -255,25 +257,18 @@ func proceventList(e *Env, f *jsonFlag, args []string) error {
 	if err != nil {
 		return err
 	}
-	pending := map[string]int{}
+	pending := map[string]int64{}
 	for _, r := range results {
 		if !r.Handled {
 			pending[r.SourceID]++
 		}
 	}
-	type row struct {
-		SourceID string `json:"source_id"`
-		Adapter  string `json:"adapter"`
-		Kind     string `json:"kind"`
-		Owner    string `json:"owner"`
-		Pending  int    `json:"pending"`
-	}
-	rows := []row{}
+	rows := []fmjson.Source{}
 	for _, r := range regs {
-		rows = append(rows, row{r.SourceID, r.Adapter, r.Kind, r.Owner(), pending[r.SourceID]})
+		rows = append(rows, fmjson.Source{SourceID: r.SourceID, Adapter: r.Adapter, Kind: r.Kind, Owner: r.Owner(), Pending: pending[r.SourceID]})
 	}
 	if f.json {
-		return writeJSON(e, map[string]any{"sources": rows})
+		return writeJSON(e, fmjson.Sources{Sources: rows})
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(e.Stdout, "no process-event sources")
@@ -298,10 +293,7 @@ func proceventInbox(e *Env, f *jsonFlag, args []string) error {
 		return err
 	}
 	if f.json {
-		if results == nil {
-			results = []procevent.Result{}
-		}
-		return writeJSON(e, map[string]any{"results": results})
+		return writeJSON(e, inboxDocument(results))
 	}
 	if len(results) == 0 {
 		fmt.Fprintln(e.Stdout, "no captured results")
@@ -364,7 +356,7 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 		return err
 	}
 	adapter, op := args[0], args[1]
-	if !slices.Contains(protocol.Operations, op) {
+	if !slices.Contains(wire.Operations, op) {
 		return errcode.New(errcode.Usage, "unknown operation %q (one of source.poll, result.classify, result.terminal, result.silent)", op)
 	}
 	if pe.requestID != "" {
@@ -380,7 +372,7 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 	if pe.showStderr {
 		o.Stderr = showStderr(e.Stderr)
 	}
-	if op == protocol.OpPoll {
+	if op == wire.OpPoll {
 		return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, o)
 	}
 	if pe.resultFile == "" || pe.configRef != "" || pe.uncaptured {
@@ -391,9 +383,9 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 		return err
 	}
 	switch r := res.(type) {
-	case *protocol.ClassifyResult:
+	case *wire.ClassifyResult:
 		fmt.Fprintln(e.Stdout, r.Classification)
-	case *protocol.BoolResult:
+	case *wire.BoolResult:
 		fmt.Fprintln(e.Stdout, r.Value)
 	}
 	return nil
@@ -422,7 +414,7 @@ func directPoll(e *Env, adapter, sourceID, configRef, resultFile string, o proce
 	if err != nil {
 		return err
 	}
-	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, protocol.PollInput{SourceID: sourceID, ConfigRef: configRef}, o)
+	out, evidence, err := procevent.Poll(e.Ctx, h, adapter, wire.PollInput{SourceID: sourceID, ConfigRef: configRef}, o)
 	switch {
 	case err != nil:
 		return err // refused before anything ran (a registered source, or its runner is polling it)
@@ -469,4 +461,13 @@ func shellWord(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// inboxDocument is the --json form of procevent inbox.
+func inboxDocument(results []procevent.Result) fmjson.Inbox {
+	doc := fmjson.Inbox{Results: make([]fmjson.Result, 0, len(results))}
+	for _, r := range results {
+		doc.Results = append(doc.Results, fmjson.Result{Meta: fmjson.Meta(r.Meta), Path: r.Path, Handled: r.Handled})
+	}
+	return doc
 }

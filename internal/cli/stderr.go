@@ -16,7 +16,7 @@ import (
 // once that invocation's group is gone. Each line of it is shown as
 // `stderr[<verb>]: <line>`, escaped by escapeLine, so the package cannot
 // write a line that looks like fm's own or drive the terminal; at most
-// protocol.MaxStderr bytes are shown, followed, when the package wrote more,
+// wire.MaxStderrBytes bytes are shown, followed, when the package wrote more,
 // by `stderr[<verb>] cut: <n> bytes written, the first <m> shown`. Nothing
 // of it is stored, logged or put into evidence: it goes only to the
 // operator who asked for it, on this one call [INV-4].

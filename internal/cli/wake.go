@@ -11,6 +11,7 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/wake"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // afterFlag is --after <queue-seq>: a non-negative decimal integer.
@@ -60,10 +61,11 @@ func wakeList(e *Env, f *wakeListFlags, args []string) error {
 		if !f.json {
 			return wakeTable(e, ws, n)
 		}
-		if ws == nil {
-			ws = []wake.Wake{}
+		doc := fmjson.Wakes{Wakes: make([]fmjson.Wake, 0, len(ws))}
+		for _, w := range ws {
+			doc.Wakes = append(doc.Wakes, fmjson.Wake{Time: w.Time, Seq: w.Seq, Kind: w.Kind, Key: w.Key, Payload: w.Payload})
 		}
-		return writeJSON(e, map[string]any{"wakes": ws})
+		return writeJSON(e, doc)
 	}
 	// The queue's own lines, streamed: the queue may be long.
 	out := bufio.NewWriter(e.Stdout)

@@ -13,8 +13,8 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
-	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // cwdAdapter answers a poll with the contents of lib/answer, read relative to
@@ -129,11 +129,11 @@ func TestAncestorSwapNeverServesForgedTree(t *testing.T) {
 	ty := tally{}
 	for range n {
 		res, err := host.Invoke(context.Background(), h, b, host.Call{
-			Adapter: "a", Operation: protocol.OpPoll,
-			Input: protocol.PollInput{SourceID: "src", ConfigRef: "main"},
+			Adapter: "a", Operation: wire.OpPoll,
+			Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
 		})
 		if err == nil {
-			if out := res.(*protocol.PollResult).Output; out != "verified" {
+			if out := res.(*wire.PollResult).Output; out != "verified" {
 				ty["forged"]++
 				continue
 			}

@@ -34,6 +34,7 @@ import (
 	"firstmate.dev/fm/internal/pkgtree"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // SystemPath is the fixed PATH given to every entrypoint ([INV-3]).
@@ -138,7 +139,7 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		Entrypoint:       m.Entrypoint,
 		EntrypointSHA256: entryDigest,
 		HostProtocol:     hp,
-		Capabilities:     []binding.Capability{{Name: protocol.Capability, Version: cv, AdapterNames: adapters}},
+		Capabilities:     []binding.Capability{{Name: wire.CapabilityName, Version: cv, AdapterNames: adapters}},
 		Consents:         consents,
 		TimeoutMS:        opts.TimeoutMS,
 	}
@@ -187,7 +188,7 @@ func checkLocation(h *home.Home, opts BindOptions) error {
 // ([BIND-3]). It returns the negotiated host protocol and capability version.
 // receive-transfer-bind runs it before staging anything, so a mistyped call
 // never consumes a transfer identity.
-func CheckOptions(h *home.Home, m *manifest.Manifest, opts BindOptions) (hostProtocol, capabilityVersion int64, err error) {
+func CheckOptions(h *home.Home, m *wire.Manifest, opts BindOptions) (hostProtocol, capabilityVersion int64, err error) {
 	if err := checkTrust(opts); err != nil {
 		return 0, 0, err
 	}
@@ -210,7 +211,7 @@ func CheckOptions(h *home.Home, m *manifest.Manifest, opts BindOptions) (hostPro
 	hp := manifest.Highest(m.HostProtocols, protocol.HostProtocols)
 	cv := manifest.Highest(m.Capabilities[0].Versions, protocol.CapabilityVersions)
 	if hp == 0 || cv == 0 {
-		return 0, 0, errcode.New(errcode.ProtocolIncompatible, "package %s@%s offers host protocols %v and %s versions %v; this host supports [1] and [1]", m.ID, m.Version, m.HostProtocols, protocol.Capability, m.Capabilities[0].Versions)
+		return 0, 0, errcode.New(errcode.ProtocolIncompatible, "package %s@%s offers host protocols %v and %s versions %v; this host supports [1] and [1]", m.ID, m.Version, m.HostProtocols, wire.CapabilityName, m.Capabilities[0].Versions)
 	}
 	return hp, cv, nil
 }
@@ -246,18 +247,18 @@ func fileExists(p string) bool {
 
 // readManifest reads the manifest named by the scanned tree and checks that
 // its bytes are the ones the scan hashed.
-func readManifest(root string, tree *pkgtree.Tree) (*manifest.Manifest, string, error) {
-	digest, ok := pkgtree.FileSHA256(tree, manifest.File)
+func readManifest(root string, tree *pkgtree.Tree) (*wire.Manifest, string, error) {
+	digest, ok := pkgtree.FileSHA256(tree, wire.ManifestFile)
 	if !ok {
-		return nil, "", errcode.New(errcode.ManifestMissing, "package %q has no %s at its root", root, manifest.File)
+		return nil, "", errcode.New(errcode.ManifestMissing, "package %q has no %s at its root", root, wire.ManifestFile)
 	}
-	path := filepath.Join(root, manifest.File)
+	path := filepath.Join(root, wire.ManifestFile)
 	f, err := fsutil.OpenNoFollow(path)
 	if err != nil {
 		return nil, "", err
 	}
 	defer f.Close()
-	data, err := strictjson.Read(f, manifest.MaxBytes, "manifest "+path)
+	data, err := strictjson.Read(f, wire.MaxManifestBytes, "manifest "+path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -340,7 +341,7 @@ func matches(rec *binding.Record, tree *pkgtree.Tree) error {
 	if tree.Digest != rec.PackageDigest {
 		return errcode.New(errcode.IntegrityMismatch, "installed package %q no longer has digest %s; it was changed after bind", rec.PackageRoot, rec.PackageDigest)
 	}
-	if d, ok := pkgtree.FileSHA256(tree, manifest.File); !ok || d != rec.ManifestSHA256 {
+	if d, ok := pkgtree.FileSHA256(tree, wire.ManifestFile); !ok || d != rec.ManifestSHA256 {
 		return errcode.New(errcode.IntegrityMismatch, "installed manifest in %q does not match manifest_sha256", rec.PackageRoot)
 	}
 	d, err := checkEntrypoint(tree, rec.Entrypoint, rec.PackageRoot)
@@ -410,7 +411,7 @@ type Call struct {
 }
 
 // StderrFunc receives the stderr of one invocation: its verb ("handshake" or
-// "invoke"), at most protocol.MaxStderr bytes of it, and how many bytes the
+// "invoke"), at most wire.MaxStderrBytes bytes of it, and how many bytes the
 // package wrote.
 type StderrFunc func(verb string, kept []byte, total int64)
 
@@ -423,8 +424,8 @@ func (f StderrFunc) show(s *launch.Spec) {
 }
 
 // Invoke revalidates b, handshakes, and runs one operation, returning its
-// decoded result (*protocol.PollResult, *protocol.ClassifyResult or
-// *protocol.BoolResult).
+// decoded result (*wire.PollResult, *wire.ClassifyResult or
+// *wire.BoolResult).
 //
 // The order of what runs package code is fixed: revalidation, then the
 // handshake, then (only after a matching handshake) the invoke. What is not
@@ -451,18 +452,22 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err != nil {
 		return nil, err
 	}
-	req := protocol.Request{
-		Schema:            protocol.RequestSchema,
+	input, err := strictjson.Canonical(c.Input)
+	if err != nil {
+		return nil, err
+	}
+	req := wire.Request{
+		Schema:            wire.RequestSchema,
 		RequestID:         c.RequestID,
 		HostProtocol:      b.HostProtocol,
 		ExtensionID:       b.ExtensionID,
 		ExtensionVersion:  b.ExtensionVersion,
 		PackageDigest:     b.PackageDigest,
-		Capability:        protocol.Capability,
+		Capability:        wire.CapabilityName,
 		CapabilityVersion: b.Capabilities[0].Version,
 		Adapter:           c.Adapter,
 		Operation:         c.Operation,
-		Input:             c.Input,
+		Input:             input,
 	}
 	invSpec, err := launchSpec(h, &b.Record, b.Digest, v, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
 	if err != nil {
@@ -544,16 +549,16 @@ func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 }
 
 // handshakeSpec builds a fresh handshake request for rec and its launch.
-func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified) (launch.Spec, *protocol.HandshakeRequest, error) {
+func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified) (launch.Spec, *wire.HandshakeRequest, error) {
 	c := rec.Capabilities[0]
-	req := &protocol.HandshakeRequest{
-		Schema:           protocol.HandshakeRequestSchema,
+	req := &wire.HandshakeRequest{
+		Schema:           wire.HandshakeRequestSchema,
 		RequestID:        protocol.NewRequestID(),
 		HostProtocols:    protocol.HostProtocols,
 		ExtensionID:      rec.ExtensionID,
 		ExtensionVersion: rec.ExtensionVersion,
 		PackageDigest:    rec.PackageDigest,
-		Capability:       protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
+		Capability:       wire.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
 	s, err := launchSpec(h, rec, bindingDigest, v, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
 	return s, req, err
@@ -568,8 +573,8 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 	if err != nil {
 		return launch.Spec{}, err
 	}
-	if len(stdin) > protocol.MaxEnvelope {
-		return launch.Spec{}, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), protocol.MaxEnvelope)
+	if len(stdin) > wire.MaxEnvelopeBytes {
+		return launch.Spec{}, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), wire.MaxEnvelopeBytes)
 	}
 	env, err := Environment(h, rec)
 	if err != nil {
@@ -586,8 +591,8 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 		DirFile:     v.root,
 		Env:         env,
 		Stdin:       stdin,
-		StdoutLimit: protocol.MaxEnvelope,
-		StderrLimit: protocol.MaxStderr,
+		StdoutLimit: wire.MaxEnvelopeBytes,
+		StderrLimit: wire.MaxStderrBytes,
 		Timeout:     timeout,
 		Records:     h.Invocations(),
 		Owner: launch.Owner{

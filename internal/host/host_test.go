@@ -16,8 +16,8 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
-	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -47,8 +47,8 @@ func (f *fixture) poll(t *testing.T, mode string) (any, error) {
 		t.Fatal(err)
 	}
 	return host.Invoke(context.Background(), f.h, f.b, host.Call{
-		Adapter: "fake", Operation: protocol.OpPoll,
-		Input: protocol.PollInput{SourceID: "src", ConfigRef: "main"},
+		Adapter: "fake", Operation: wire.OpPoll,
+		Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
 	})
 }
 
@@ -58,7 +58,7 @@ func (f *fixture) poll(t *testing.T, mode string) (any, error) {
 func TestInvokeHostileResponses(t *testing.T) {
 	f := bound(t, 20000)
 	res, err := f.poll(t, "good")
-	if err != nil || res.(*protocol.PollResult).Output != "hello from fake" {
+	if err != nil || res.(*wire.PollResult).Output != "hello from fake" {
 		t.Fatalf("good poll: %v %v", res, err)
 	}
 	cases := []struct {
@@ -140,8 +140,8 @@ func TestRequestOversized(t *testing.T) {
 	f := bound(t, 20000)
 	before, _ := os.ReadFile(filepath.Join(f.state, "requests"))
 	_, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-		Adapter: "fake", Operation: protocol.OpClassify,
-		Input: protocol.ResultInput{SourceID: "src", Sequence: 1, Content: strings.Repeat("\x01", protocol.MaxContent)},
+		Adapter: "fake", Operation: wire.OpClassify,
+		Input: wire.ResultInput{SourceID: "src", Sequence: 1, Content: strings.Repeat("\x01", wire.MaxContentBytes)},
 	})
 	if errcode.Of(err) != errcode.RequestOversized {
 		t.Fatalf("got %v", err)
@@ -187,8 +187,8 @@ func TestInvokeStaleBinding(t *testing.T) {
 	f := bound(t, 20000)
 	stale := *f.b
 	stale.Digest = "sha256:" + strings.Repeat("0", 64)
-	_, err := host.Invoke(context.Background(), f.h, &stale, host.Call{Adapter: "fake", Operation: protocol.OpSilent,
-		Input: protocol.ResultInput{SourceID: "s", Sequence: 1, Content: "x"}})
+	_, err := host.Invoke(context.Background(), f.h, &stale, host.Call{Adapter: "fake", Operation: wire.OpSilent,
+		Input: wire.ResultInput{SourceID: "s", Sequence: 1, Content: "x"}})
 	if errcode.Of(err) != errcode.IntegrityMismatch {
 		t.Fatalf("got %v", err)
 	}
@@ -291,7 +291,7 @@ func TestHandshakeTamperStopsInvoke(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	log, _ := os.ReadFile(filepath.Join(f.state, "requests"))
-	if strings.Contains(string(log), protocol.RequestSchema) {
+	if strings.Contains(string(log), wire.RequestSchema) {
 		t.Fatal("the invoke ran after the package changed itself")
 	}
 	assertNoRecords(t, f.h)

@@ -10,8 +10,8 @@ import (
 
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
-	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // interpreterAdapters are minimal adapters in python3 and node whose answer
@@ -73,7 +73,7 @@ process.stdin.on("end", () => {
 func TestScriptAdaptersRunThroughDescriptor(t *testing.T) {
 	f := bound(t, 20000)
 	res, err := f.poll(t, "good")
-	if err != nil || res.(*protocol.PollResult).Output != "hello from fake" {
+	if err != nil || res.(*wire.PollResult).Output != "hello from fake" {
 		t.Fatalf("sh adapter: %v %v", res, err)
 	}
 	for interp, files := range interpreterAdapters {
@@ -115,13 +115,13 @@ func TestScriptAdaptersRunThroughDescriptor(t *testing.T) {
 				t.Fatalf("bind: %v", err)
 			}
 			res, err := host.Invoke(context.Background(), h, b, host.Call{
-				Adapter: "a", Operation: protocol.OpPoll,
-				Input: protocol.PollInput{SourceID: "src", ConfigRef: "main"},
+				Adapter: "a", Operation: wire.OpPoll,
+				Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
 			})
 			if err != nil {
 				t.Fatalf("poll: %v", err)
 			}
-			if out := res.(*protocol.PollResult).Output; out != interp+" /dev/fd/3" {
+			if out := res.(*wire.PollResult).Output; out != interp+" /dev/fd/3" {
 				t.Errorf("poll answered %q", out)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // floorFlags build testdata/floor.c as small as an entrypoint can be: on
@@ -134,13 +135,13 @@ func BenchmarkInvoke(b *testing.B) {
 			b.Fatalf("bare %s: %v %v", verb, st, err)
 		}
 	}
-	call := host.Call{Adapter: "floor", Operation: protocol.OpPoll, Input: protocol.PollInput{SourceID: "bench", ConfigRef: "bench"}}
+	call := host.Call{Adapter: "floor", Operation: wire.OpPoll, Input: wire.PollInput{SourceID: "bench", ConfigRef: "bench"}}
 	var fm, floor []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
 		res, err := host.Invoke(context.Background(), h, bd, call)
 		t1 := time.Now()
-		if err != nil || res.(*protocol.PollResult).Status != "no-result" {
+		if err != nil || res.(*wire.PollResult).Status != "no-result" {
 			b.Fatalf("invoke: %v %v", res, err)
 		}
 		bare("handshake", hs)
@@ -170,16 +171,16 @@ func BenchmarkRevalidate(b *testing.B) {
 // as the host encodes them, and returns their paths.
 func floorRequests(b *testing.B, bd *binding.Binding) (handshake, invoke string) {
 	c := bd.Capabilities[0]
-	hs := protocol.HandshakeRequest{
-		Schema: protocol.HandshakeRequestSchema, RequestID: protocol.NewRequestID(), HostProtocols: protocol.HostProtocols,
+	hs := wire.HandshakeRequest{
+		Schema: wire.HandshakeRequestSchema, RequestID: protocol.NewRequestID(), HostProtocols: protocol.HostProtocols,
 		ExtensionID: bd.ExtensionID, ExtensionVersion: bd.ExtensionVersion, PackageDigest: bd.PackageDigest,
-		Capability: protocol.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
+		Capability: wire.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
-	inv := protocol.Request{
-		Schema: protocol.RequestSchema, RequestID: protocol.NewRequestID(), HostProtocol: bd.HostProtocol,
+	inv := wire.Request{
+		Schema: wire.RequestSchema, RequestID: protocol.NewRequestID(), HostProtocol: bd.HostProtocol,
 		ExtensionID: bd.ExtensionID, ExtensionVersion: bd.ExtensionVersion, PackageDigest: bd.PackageDigest,
-		Capability: protocol.Capability, CapabilityVersion: c.Version, Adapter: "floor", Operation: protocol.OpPoll,
-		Input: protocol.PollInput{SourceID: "bench", ConfigRef: "bench"},
+		Capability: wire.CapabilityName, CapabilityVersion: c.Version, Adapter: "floor", Operation: wire.OpPoll,
+		Input: []byte(`{"config_ref":"bench","source_id":"bench"}`),
 	}
 	dir := b.TempDir()
 	handshake, invoke = filepath.Join(dir, "handshake.json"), filepath.Join(dir, "invoke.json")

@@ -11,8 +11,8 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/host"
-	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/testpkg"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // [INV-1] an invoke that changes the installed package while it runs (here:
@@ -78,13 +78,13 @@ func TestSameBytesReplacementDuringCallRefused(t *testing.T) {
 	}
 	go func() {
 		_, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-			Adapter: "fake", Operation: protocol.OpPoll,
-			Input: protocol.PollInput{SourceID: "src", ConfigRef: "main"},
+			Adapter: "fake", Operation: wire.OpPoll,
+			Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
 		})
 		done <- err
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for b, _ := os.ReadFile(requests); !strings.Contains(string(b), protocol.RequestSchema); b, _ = os.ReadFile(requests) {
+	for b, _ := os.ReadFile(requests); !strings.Contains(string(b), wire.RequestSchema); b, _ = os.ReadFile(requests) {
 		if time.Now().After(deadline) {
 			t.Fatal("the invoke never started")
 		}
@@ -139,10 +139,10 @@ func TestSwapperNeverRunsReplacement(t *testing.T) {
 					return host.Handshake(context.Background(), f.h, &f.b.Record, f.b.Digest)
 				}
 				res, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-					Adapter: "fake", Operation: protocol.OpPoll,
-					Input: protocol.PollInput{SourceID: "src", ConfigRef: "main"},
+					Adapter: "fake", Operation: wire.OpPoll,
+					Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
 				})
-				if err == nil && res.(*protocol.PollResult).Output != "hello from fake" {
+				if err == nil && res.(*wire.PollResult).Output != "hello from fake" {
 					t.Fatalf("an answer that is not the verified entrypoint's: %+v", res)
 				}
 				return err

@@ -14,6 +14,7 @@ import (
 	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/reliability"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 const fuzzManifest = `{"schema":"firstmate.extension-manifest.v1","id":"org.example.review-feed","version":"1.2.3-rc.1+build.7","host_protocols":[1,2],"entrypoint":"bin/firstmate-extension","capabilities":[{"name":"process-event-adapter","versions":[1],"adapter_names":["review-feed","b"]}],"required_consents":["network","task-metadata"]}`
@@ -56,7 +57,7 @@ func FuzzParse(f *testing.F) {
 		}
 		consents, _ := top["required_consents"].([]any)
 		switch {
-		case top["schema"] != manifest.Schema:
+		case top["schema"] != wire.ManifestSchema:
 			t.Fatalf("accepted schema %v", top["schema"])
 		case !word(str(top["id"]), ".-") || len(str(top["id"])) > 128:
 			t.Fatalf("accepted id %q", top["id"])
@@ -66,11 +67,11 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted host_protocols %v", top["host_protocols"])
 		case !entrypoint(str(top["entrypoint"])):
 			t.Fatalf("accepted entrypoint %q", top["entrypoint"])
-		case !exactly(c, "name", "versions", "adapter_names") || c["name"] != manifest.CapabilityName || !versions(c["versions"]):
+		case !exactly(c, "name", "versions", "adapter_names") || c["name"] != wire.CapabilityName || !versions(c["versions"]):
 			t.Fatalf("accepted capabilities %v", top["capabilities"])
 		case !names(c["adapter_names"]):
 			t.Fatalf("accepted adapter_names %v", c["adapter_names"])
-		case !set(consents, manifest.Consents):
+		case !set(consents, wire.Consents):
 			t.Fatalf("accepted required_consents %v", consents)
 		}
 		again, err := strictjson.Canonical(m)
@@ -91,7 +92,7 @@ func FuzzCheckEntrypoint(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		got := manifest.CheckEntrypoint(p) == nil
+		got := wire.CheckEntrypoint(p) == nil
 		if want := entrypoint(p); got != want {
 			t.Fatalf("CheckEntrypoint(%q) accepts=%v, the contract says %v", p, got, want)
 		}
@@ -111,7 +112,7 @@ func FuzzCheckVersion(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		if got, want := manifest.CheckVersion(v) == nil, semver(v) && len(v) <= 128; got != want {
+		if got, want := wire.CheckVersion(v) == nil, semver(v) && len(v) <= 128; got != want {
 			t.Fatalf("CheckVersion(%q) accepts=%v, SemVer 2.0.0 says %v", v, got, want)
 		}
 	})

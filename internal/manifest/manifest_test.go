@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 const good = `{"schema":"firstmate.extension-manifest.v1","id":"org.example.review-feed","version":"1.2.3","host_protocols":[1],"entrypoint":"bin/firstmate-extension","capabilities":[{"name":"process-event-adapter","versions":[1],"adapter_names":["review-feed"]}],"required_consents":["network"]}`
@@ -34,7 +35,7 @@ func TestParse(t *testing.T) {
 		{"MAN-1 extra key", mutate(`"id":`, `"extra":1,"id":`), errcode.SchemaInvalid},
 		{"MAN-1 wrong schema", mutate(`manifest.v1`, `manifest.v2`), errcode.SchemaInvalid},
 		{"MAN-1 duplicate key", mutate(`"id":`, `"id":"x","id":`), errcode.JSONInvalid},
-		{"MAN-1 oversized", good + strings.Repeat(" ", MaxBytes), errcode.JSONOversized},
+		{"MAN-1 oversized", good + strings.Repeat(" ", wire.MaxManifestBytes), errcode.JSONOversized},
 		{"MAN-2 upper-case id", mutate(`org.example`, `Org.example`), errcode.SchemaInvalid},
 		{"MAN-2 id double dot", mutate(`org.example`, `org..example`), errcode.SchemaInvalid},
 		{"MAN-2 id too long", mutate(`org.example.review-feed`, long), errcode.SchemaInvalid},

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"firstmate.dev/fm/internal/errcode"
-	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // [INV-4] [OP-1] [CAP-4] [OP-3]: every in-bounds result can be carried. At
@@ -34,9 +34,9 @@ func TestEveryInBoundsResultIsCarried(t *testing.T) {
 		most int
 		more string
 	}{
-		{"quotes", `"`, protocol.MaxEscapedOutput / 2, `"`},
-		{"controls", "\x1b", protocol.MaxEscapedOutput / 6, "\x1b"},
-		{"emoji", emoji, protocol.MaxPollOutput / 4, "a"},
+		{"quotes", `"`, wire.MaxEscapedOutputBytes / 2, `"`},
+		{"controls", "\x1b", wire.MaxEscapedOutputBytes / 6, "\x1b"},
+		{"emoji", emoji, wire.MaxOutputBytes / 4, "a"},
 	}
 	for i, c := range cases {
 		for _, over := range []bool{false, true} {
@@ -44,7 +44,7 @@ func TestEveryInBoundsResultIsCarried(t *testing.T) {
 			if over {
 				output += c.more
 			}
-			poll, err := strictjson.Canonical(protocol.PollResult{Status: "result", Output: output})
+			poll, err := strictjson.Canonical(wire.PollResult{Status: "result", Output: output})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,11 +55,11 @@ func TestEveryInBoundsResultIsCarried(t *testing.T) {
 			result := filepath.Join(f.h.Inbox(), id+".1.result")
 			out := f.ok("procevent", "start", id)
 			if over {
-				var ev protocol.Evidence
+				var ev wire.Evidence
 				got := f.read(result)
 				if err := strictjson.Decode([]byte(strings.TrimSuffix(got, "\n")), 4096, "evidence", &ev); err != nil ||
-					ev.Code != string(errcode.ResponseOversized) || ev.ExtensionID != extID || ev.Operation != protocol.OpPoll {
-					t.Errorf("%s: one more (%d bytes, %d escaped): captured %.80q, want response-oversized evidence of %s", c.name, len(output), protocol.EscapedLen(output), got, extID)
+					ev.Code != string(errcode.ResponseOversized) || ev.ExtensionID != extID || ev.Operation != wire.OpPoll {
+					t.Errorf("%s: one more (%d bytes, %d escaped): captured %.80q, want response-oversized evidence of %s", c.name, len(output), wire.EscapedLen(output), got, extID)
 				}
 				if !strings.HasPrefix(out, "captured: "+result+" (evidence: response-oversized)\n") {
 					t.Errorf("%s: one more: start printed %q", c.name, out)

@@ -16,6 +16,7 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // The built-in ("legacy") adapter interface, documented in docs/procevent.md.
@@ -24,7 +25,7 @@ import (
 // program name is looked up in the runner's PATH) with the runner's
 // environment, working directory "/", stdin empty and stderr discarded, in a
 // process group of its own. Exit 0 with non-empty stdout is a result (stdout
-// is the result, at most protocol.MaxPollOutput bytes); exit 0 with empty
+// is the result, at most wire.MaxOutputBytes bytes); exit 0 with empty
 // stdout, or exit 75, is no result; anything else is a failure, reported and
 // not captured (only extensions produce captured failure evidence).
 //
@@ -127,9 +128,9 @@ func (b builtinRun) run(ctx context.Context, h *home.Home) ([]byte, int, error) 
 // no result.
 func pollBuiltin(ctx context.Context, h *home.Home, r *Registration) ([]byte, error) {
 	out, status, err := builtinRun{
-		adapter: r.Adapter, sourceID: r.SourceID, op: protocol.OpPoll,
+		adapter: r.Adapter, sourceID: r.SourceID, op: wire.OpPoll,
 		argv: r.Argv, env: os.Environ(),
-		limit: protocol.MaxPollOutput, timeout: builtinPollTimeout,
+		limit: wire.MaxOutputBytes, timeout: builtinPollTimeout,
 		answers: []int{builtinNoResult},
 	}.run(ctx, h)
 	switch {
@@ -156,9 +157,9 @@ func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content [
 		return nil, err
 	}
 	answer := strings.TrimSuffix(string(out), "\n")
-	if op == protocol.OpClassify {
+	if op == wire.OpClassify {
 		// The extension rule for a classification applies unchanged.
-		raw, err := strictjson.Canonical(protocol.ClassifyResult{Classification: answer})
+		raw, err := strictjson.Canonical(wire.ClassifyResult{Classification: answer})
 		if err != nil {
 			return nil, err
 		}
@@ -167,5 +168,5 @@ func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content [
 	if answer != "true" && answer != "false" {
 		return nil, errcode.New(errcode.ResponseInvalid, "built-in adapter %q %s must answer true or false", script, verb)
 	}
-	return &protocol.BoolResult{Value: answer == "true"}, nil
+	return &wire.BoolResult{Value: answer == "true"}, nil
 }

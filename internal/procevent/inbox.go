@@ -16,6 +16,8 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // The inbox <state>/procevent-inbox holds, per captured result,
@@ -64,22 +66,10 @@ const (
 // Meta is the immutable owner of one captured result [CAP-1]. For an
 // extension result it names the exact extension identity and binding that
 // produced it: verdicts and classification ask that owner, never whatever
-// binding or built-in holds the adapter name later [CAP-4].
-type Meta struct {
-	Schema     string `json:"schema"`
-	Kind       string `json:"kind"`
-	Adapter    string `json:"adapter"`
-	SourceID   string `json:"source_id"`
-	Sequence   int64  `json:"sequence"`
-	Evidence   bool   `json:"evidence"`
-	CapturedAt int64  `json:"captured_at"`
-
-	ExtensionID       string `json:"extension_id,omitzero"`
-	ExtensionVersion  string `json:"extension_version,omitzero"`
-	CapabilityVersion int64  `json:"capability_version,omitzero"`
-	PackageDigest     string `json:"package_digest,omitzero"`
-	BindingDigest     string `json:"binding_digest,omitzero"`
-}
+// binding or built-in holds the adapter name later [CAP-4]. Its fields and
+// their JSON form are fmjson.Meta's: the file stored beside a result and the
+// entry `fm procevent inbox --json` lists for it have one definition.
+type Meta fmjson.Meta
 
 // Owner is "<extension id>@<version>" or "built-in".
 func (m *Meta) Owner() string {
@@ -475,7 +465,7 @@ func loadResult(h *home.Home, path string) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	content, err := fsutil.ReadPrivateAt(d.inbox, filepath.Base(abs), protocol.MaxContent)
+	content, err := fsutil.ReadPrivateAt(d.inbox, filepath.Base(abs), wire.MaxContentBytes)
 	if os.IsNotExist(err) {
 		return nil, errcode.New(errcode.SourceMissing, "no captured result %q; see fm procevent inbox", abs)
 	}

@@ -14,9 +14,9 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/lifecycle"
-	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // RegistrationSchema is the schema of <state>/procevent/<source-id>.source.
@@ -90,7 +90,7 @@ func (o owner) check(what string) error {
 	bad := func(format string, args ...any) error {
 		return errcode.New(errcode.SchemaInvalid, "%s: "+format, append([]any{what}, args...)...)
 	}
-	if manifest.CheckAdapter(o.adapter) != nil {
+	if wire.CheckAdapter(o.adapter) != nil {
 		return bad("adapter %q is not an adapter name", o.adapter)
 	}
 	if protocol.CheckSourceID(o.sourceID) != nil {
@@ -103,7 +103,7 @@ func (o owner) check(what string) error {
 		}
 	case KindExtension:
 		switch {
-		case manifest.CheckID(o.extensionID) != nil || manifest.CheckVersion(o.extensionVersion) != nil:
+		case wire.CheckID(o.extensionID) != nil || wire.CheckVersion(o.extensionVersion) != nil:
 			return bad("extension_id and extension_version must name an extension")
 		case !slices.Contains(protocol.CapabilityVersions, o.capabilityVersion):
 			return errcode.New(errcode.ProtocolIncompatible, "%s: capability_version %d is not supported by this host", what, o.capabilityVersion)
@@ -132,7 +132,7 @@ func (r *Registration) validate(what string) error {
 	}
 	if r.External() {
 		if r.Argv != nil || protocol.CheckConfigRef(r.ConfigRef) != nil {
-			return bad("an extension registration holds no argv and a config_ref of one line of 1..%d bytes", protocol.MaxConfigRef)
+			return bad("an extension registration holds no argv and a config_ref of one line of 1..%d bytes", wire.MaxConfigRefBytes)
 		}
 	} else if err := checkArgv(r.Argv); err != nil || r.ConfigRef != "" {
 		return bad("a built-in registration holds a valid argv and no config_ref")
@@ -309,7 +309,7 @@ func RegisterExtension(ctx context.Context, h *home.Home, adapter, sourceID, con
 }
 
 func checkNames(adapter, sourceID string) error {
-	if err := manifest.CheckAdapter(adapter); err != nil {
+	if err := wire.CheckAdapter(adapter); err != nil {
 		return errcode.New(errcode.Usage, "%v", err)
 	}
 	return protocol.CheckSourceID(sourceID)

@@ -13,6 +13,7 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/wake"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Status is what one runner pass did ([RUN-1]).
@@ -189,7 +190,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	var v *verdicts
 	if !evidence {
 		v = &verdicts{h: d.h, meta: m, owner: p.owner, content: p.content}
-		if v.is(pctx, protocol.OpSilent) {
+		if v.is(pctx, wire.OpSilent) {
 			if _, err := d.markHandled(id, seq, HandledBySilent); err != nil {
 				return out, err
 			}
@@ -205,7 +206,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if err := fsutil.RemoveAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
 		return out, err
 	}
-	if v != nil && v.is(pctx, protocol.OpTerminal) {
+	if v != nil && v.is(pctx, wire.OpTerminal) {
 		if err := d.retireGeneration(r); err != nil {
 			return out, err
 		}
@@ -234,7 +235,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, e
 	if r.External() {
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
-			in := protocol.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
+			in := wire.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
 			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), nil)
 		}
 	} else {
@@ -313,7 +314,7 @@ func sourceRecords(h *home.Home, id string, polls bool) ([]launch.Record, error)
 	}
 	var out []launch.Record
 	for _, r := range all {
-		if r.SourceID == id && (!polls || r.Operation == protocol.OpPoll) {
+		if r.SourceID == id && (!polls || r.Operation == wire.OpPoll) {
 			out = append(out, r)
 		}
 	}

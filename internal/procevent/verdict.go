@@ -9,6 +9,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Asking a result's owner [CAP-4], [CAP-5], [CAP-7], [OP-4].
@@ -43,7 +44,7 @@ type verdicts struct {
 // false.
 func (v *verdicts) is(ctx context.Context, op string) bool {
 	res, err := ask(ctx, v.h, v.meta, v.owner, op, v.content, Direct{})
-	b, ok := res.(*protocol.BoolResult)
+	b, ok := res.(*wire.BoolResult)
 	return err == nil && ok && b.Value
 }
 
@@ -66,7 +67,7 @@ func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op stri
 	return host.Invoke(ctx, h, b, host.Call{
 		Adapter:   m.Adapter,
 		Operation: op,
-		Input:     protocol.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)},
+		Input:     wire.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)},
 		RequestID: o.RequestID,
 		SourceID:  m.SourceID,
 		Stderr:    o.Stderr,
@@ -97,11 +98,11 @@ func Classify(ctx context.Context, h *home.Home, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	res, err := ask(ctx, h, l.meta, nil, protocol.OpClassify, l.content, Direct{})
+	res, err := ask(ctx, h, l.meta, nil, wire.OpClassify, l.content, Direct{})
 	if err != nil {
 		return "", err
 	}
-	return res.(*protocol.ClassifyResult).Classification, nil
+	return res.(*wire.ClassifyResult).Classification, nil
 }
 
 // Direct are an operator's options of a direct call ([OP-2]).
@@ -121,7 +122,7 @@ type Direct struct {
 // (random when empty). It changes no state: a terminal or silent answer here
 // is only printed, never acted on [CAP-7].
 func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID string, o Direct) (any, error) {
-	if op == protocol.OpPoll {
+	if op == wire.OpPoll {
 		return nil, errcode.New(errcode.Usage, "%s takes no --result-file", op)
 	}
 	l, err := loadResult(h, path)
@@ -155,7 +156,7 @@ func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID string, 
 // the source left and refuses (process-cleanup-failed) while a poll's group
 // stays unproven; and a retire's stop request stops it like a runner's poll.
 // These refusals are errors, not evidence: nothing ran.
-func Poll(ctx context.Context, h *home.Home, adapter string, in protocol.PollInput, o Direct) (output, evidence []byte, err error) {
+func Poll(ctx context.Context, h *home.Home, adapter string, in wire.PollInput, o Direct) (output, evidence []byte, err error) {
 	ctx, release, err := holdForDirectPoll(ctx, h, in.SourceID, o.Uncaptured)
 	if err != nil {
 		return nil, nil, err
@@ -244,12 +245,12 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured 
 
 // pollExtension runs source.poll on b; nil output with a nil error is no
 // result.
-func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in protocol.PollInput, requestID string, stderr host.StderrFunc) ([]byte, error) {
-	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: adapter, Operation: protocol.OpPoll, Input: in, RequestID: requestID, SourceID: in.SourceID, Stderr: stderr})
+func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in wire.PollInput, requestID string, stderr host.StderrFunc) ([]byte, error) {
+	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: adapter, Operation: wire.OpPoll, Input: in, RequestID: requestID, SourceID: in.SourceID, Stderr: stderr})
 	if err != nil {
 		return nil, err
 	}
-	if p := res.(*protocol.PollResult); p.Status == "result" {
+	if p := res.(*wire.PollResult); p.Status == "result" {
 		return []byte(p.Output), nil
 	}
 	return nil, nil

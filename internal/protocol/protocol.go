@@ -1,12 +1,40 @@
-// Package protocol holds the executable protocol between the host and a
-// package entrypoint: the handshake and invoke envelopes, the
-// process-event-adapter/1 operations, request ids, and the failure evidence
-// document (CONTRACT §7.2, §9, §10.4).
+// Package protocol holds the host's side of the protocol between fm and a
+// package entrypoint (CONTRACT §7.2, §9, §10.4): what it sends, how it judges
+// what a package answers, and what it records when a poll fails. The wire
+// itself (schemas, envelopes, bounds, formats) is defined once, in the public
+// package firstmate.dev/fm/pkg/adapter/wire, which the SDK imports too; this
+// package adds only host policy on top of it.
 //
-// Every byte a package returns is untrusted evidence: responses are parsed
-// strictly, every identity must equal what the host sent, and no field can
-// widen what the host does. A package's diagnostic text is never returned by
-// this package to a caller; only its error code is.
+// The rules, and why each holds:
+//
+//  1. Every byte a package returns is untrusted evidence. Answers are parsed
+//     strictly (wire's rule 1) with their object keys hidden from refusals
+//     (strictjson.DecodeOpts.HidePointers), since a key is package text.
+//  2. Every identity in an answer must equal what the host sent: the request
+//     id (request-id-mismatch otherwise), and in a handshake the schema,
+//     extension id and version, a host protocol and capability version the
+//     host offered, and exactly the enabled adapter-name set
+//     (handshake-invalid otherwise; CheckHandshake). An answer can never
+//     widen what the host does.
+//  3. A package failure is reported by its code only, as extension-<code>;
+//     its diagnostic is validated and dropped (CheckResponse), so no package
+//     text reaches an operator as if it were fm's.
+//  4. A poll output beyond wire.MaxOutputBytes, or beyond
+//     wire.MaxEscapedOutputBytes once escaped, is response-oversized at
+//     capture (DecodeResult): it could never be carried into a verdict
+//     request, so it is never captured as a result.
+//  5. The request id of a runner's poll is derived, not random
+//     (PollRequestID, [RID-1]): the same registration generation and the
+//     same next sequence give the same id, so a retry before a durable
+//     capture is idempotent for the package. Every other request id is fresh
+//     and random (NewRequestID).
+//  6. A failed poll is replaced by host-written evidence (EvidenceFor,
+//     [OP-3]) holding only host-chosen values: the code, the extension id,
+//     the operation and, when the host refused the answer, the host's own
+//     parse detail, bounded to MaxDetail bytes of printable ASCII.
+//  7. Operator input that names protocol values (a request id, a source id,
+//     a config ref) is checked with wire's formats and refused as usage
+//     (CheckRequestID, CheckSourceID, CheckConfigRef).
 package protocol
 
 import (
@@ -15,241 +43,26 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
-// Schemas and names on the wire.
-const (
-	HandshakeRequestSchema  = "firstmate.extension-handshake-request.v1"
-	HandshakeResponseSchema = "firstmate.extension-handshake-response.v1"
-	RequestSchema           = "firstmate.extension-request.v1"
-	ResponseSchema          = "firstmate.extension-response.v1"
-	EvidenceSchema          = "firstmate.process-event-extension-error.v1"
-	Capability              = "process-event-adapter"
-)
+// HandshakeTimeout bounds a handshake, in milliseconds ([PROTO-1]).
+const HandshakeTimeout = 5000
 
-// Bounds of the protocol (CONTRACT [INV-4], [INV-5], [OP-1]).
-const (
-	MaxEnvelope      = 65536
-	MaxStderr        = 8192
-	MaxPollOutput    = 32768
-	MaxEscapedOutput = 64696 // see EscapedLen
-	MaxContent       = 32768
-	MaxDiagnostic    = 512
-	MaxClassifyToken = 64
-	MaxConfigRef     = 512
-	HandshakeTimeout = 5000 // milliseconds
-)
-
-// Supported versions of this host.
+// The versions this host speaks, offered in every handshake: host protocol
+// wire.HostProtocol and capability version wire.CapabilityVersion.
 var (
-	HostProtocols      = []int64{1}
-	CapabilityVersions = []int64{1}
+	HostProtocols      = []int64{wire.HostProtocol}
+	CapabilityVersions = []int64{wire.CapabilityVersion}
 )
-
-// The four operations of process-event-adapter/1.
-const (
-	OpPoll     = "source.poll"
-	OpClassify = "result.classify"
-	OpTerminal = "result.terminal"
-	OpSilent   = "result.silent"
-)
-
-// Operations lists them in the contract's order.
-var Operations = []string{OpPoll, OpClassify, OpTerminal, OpSilent}
-
-// HandshakeCapability is the capability block of a handshake request.
-type HandshakeCapability struct {
-	Name         string   `json:"name"`
-	Versions     []int64  `json:"versions"`
-	AdapterNames []string `json:"adapter_names"`
-}
-
-// HandshakeRequest is sent with verb "handshake" ([PROTO-1]).
-type HandshakeRequest struct {
-	Schema           string              `json:"schema"`
-	RequestID        string              `json:"request_id"`
-	HostProtocols    []int64             `json:"host_protocols"`
-	ExtensionID      string              `json:"extension_id"`
-	ExtensionVersion string              `json:"extension_version"`
-	PackageDigest    string              `json:"package_digest"`
-	Capability       HandshakeCapability `json:"capability"`
-}
-
-// HandshakeResponse is what the entrypoint answers ([PROTO-2]).
-type HandshakeResponse struct {
-	Schema            string   `json:"schema"`
-	RequestID         string   `json:"request_id"`
-	ExtensionID       string   `json:"extension_id"`
-	ExtensionVersion  string   `json:"extension_version"`
-	HostProtocol      int64    `json:"host_protocol"`
-	Capability        string   `json:"capability"`
-	CapabilityVersion int64    `json:"capability_version"`
-	AdapterNames      []string `json:"adapter_names"`
-}
-
-// Request is sent with verb "invoke" ([PROTO-3]).
-type Request struct {
-	Schema            string `json:"schema"`
-	RequestID         string `json:"request_id"`
-	HostProtocol      int64  `json:"host_protocol"`
-	ExtensionID       string `json:"extension_id"`
-	ExtensionVersion  string `json:"extension_version"`
-	PackageDigest     string `json:"package_digest"`
-	Capability        string `json:"capability"`
-	CapabilityVersion int64  `json:"capability_version"`
-	Adapter           string `json:"adapter"`
-	Operation         string `json:"operation"`
-	Input             any    `json:"input"`
-}
-
-// Response is the invoke answer ([PROTO-4]).
-type Response struct {
-	Schema    string         `json:"schema"`
-	RequestID string         `json:"request_id"`
-	OK        bool           `json:"ok"`
-	Result    jsontext.Value `json:"result"`
-	Error     *ErrorBody     `json:"error"`
-}
-
-// ErrorBody is a package failure.
-type ErrorBody struct {
-	Code       string `json:"code"`
-	Retryable  bool   `json:"retryable"`
-	Diagnostic string `json:"diagnostic"`
-}
-
-// PackageErrorCodes are the codes a package may answer.
-var PackageErrorCodes = []string{"invalid-request", "incompatible", "conflict", "unavailable", "internal"}
-
-// PollInput is the input of source.poll.
-type PollInput struct {
-	SourceID  string `json:"source_id"`
-	ConfigRef string `json:"config_ref"`
-}
-
-// ResultInput is the input of result.classify, result.terminal and result.silent.
-type ResultInput struct {
-	SourceID string `json:"source_id"`
-	Sequence int64  `json:"sequence"`
-	Content  string `json:"content"`
-}
-
-// PollResult is the result of source.poll.
-type PollResult struct {
-	Status string `json:"status"`
-	Output string `json:"output"`
-}
-
-// ClassifyResult is the result of result.classify.
-type ClassifyResult struct {
-	Classification string `json:"classification"`
-}
-
-// BoolResult is the result of result.terminal and result.silent.
-type BoolResult struct {
-	Value bool `json:"value"`
-}
-
-// tokenRe is the classification token's form. The request id and source id
-// are checked by hand (isSHA256Hex, isSourceID): their bounded repetitions
-// make regular expressions that cost fm about 0.2 ms to compile at start-up.
-var tokenRe = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
-
-// isSHA256Hex reports whether s matches ^sha256:[0-9a-f]{64}$.
-func isSHA256Hex(s string) bool {
-	hexPart, ok := strings.CutPrefix(s, "sha256:")
-	if !ok || len(hexPart) != 64 {
-		return false
-	}
-	for i := 0; i < len(hexPart); i++ {
-		if c := hexPart[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// isSourceID reports whether s matches ^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$.
-func isSourceID(s string) bool {
-	if len(s) == 0 || len(s) > 64 || s[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// ValidRequestID reports whether s is a request id or digest:
-// sha256:<64 lowercase hex> ([PROTO-5]).
-func ValidRequestID(s string) bool { return isSHA256Hex(s) }
-
-// ValidSourceID reports whether s is a source id ([OP-1]):
-// [A-Za-z0-9._-]{1,64}, not starting with '.'.
-func ValidSourceID(s string) bool { return isSourceID(s) }
-
-// ValidConfigRef reports whether s is a config reference ([OP-1]): one line of
-// 1..MaxConfigRef bytes of UTF-8 with no control character.
-func ValidConfigRef(s string) bool {
-	return len(s) >= 1 && len(s) <= MaxConfigRef && utf8.ValidString(s) && !strings.ContainsFunc(s, IsControl)
-}
-
-// ValidClassification reports whether s is a classification token (§9): 1..64
-// bytes matching ^[a-z0-9]+([._-][a-z0-9]+)*$.
-func ValidClassification(s string) bool {
-	return len(s) <= MaxClassifyToken && tokenRe.MatchString(s)
-}
-
-// ValidDiagnostic reports whether s is an error diagnostic ([PROTO-4]):
-// 1..MaxDiagnostic bytes of UTF-8 with no control character.
-func ValidDiagnostic(s string) bool {
-	return len(s) >= 1 && len(s) <= MaxDiagnostic && utf8.ValidString(s) && !strings.ContainsFunc(s, IsControl)
-}
-
-// EscapedLen is the length of s inside a string of the canonical JSON that
-// carries it in a request (strictjson.Canonical, RFC 8785): '"' and '\\'
-// take 2 bytes, the C0 controls with a short escape (\b \t \n \f \r) 2,
-// every other C0 control 6 (\u00XX), every other byte 1 (s is valid UTF-8).
-//
-// A captured result is carried as the content of every later
-// result.classify, result.terminal and result.silent request, which must fit
-// in MaxEnvelope bytes ([INV-4]). So a source.poll output is bounded twice
-// ([OP-1], [CAP-4]): at most MaxPollOutput bytes, and at most
-// MaxEscapedOutput bytes once escaped, which is MaxEnvelope less the longest
-// such request with an empty content (adapter of 32 bytes, extension id and
-// version of 128, source id of 64, every number of 19 digits: 840 bytes).
-// Any output within both bounds can then be carried, whoever owns it and
-// whatever its sequence; one beyond is refused at capture as
-// response-oversized evidence, never captured as a result that no verdict
-// could ever be asked about.
-func EscapedLen(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\' || c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r':
-			n++
-		case c < 0x20:
-			n += 5
-		}
-	}
-	return n
-}
-
-// IsControl reports whether r is a control character in the protocol's sense:
-// C0 (U+0000..U+001F), DEL (U+007F) or C1 (U+0080..U+009F).
-func IsControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
 
 // NewRequestID returns a fresh random request id ([PROTO-5]).
 func NewRequestID() string {
@@ -262,7 +75,7 @@ func NewRequestID() string {
 
 // CheckRequestID reports whether id is sha256:<64 lowercase hex>.
 func CheckRequestID(id string) error {
-	if !isSHA256Hex(id) {
+	if !wire.ValidRequestID(id) {
 		return errcode.New(errcode.Usage, "request id %q must be sha256:<64 lowercase hex>", trunc(id))
 	}
 	return nil
@@ -282,7 +95,7 @@ func PollRequestID(adapter, sourceID string, seq int64, token, packageDigest str
 
 // CheckSourceID applies [OP-1] to a source id.
 func CheckSourceID(s string) error {
-	if !isSourceID(s) {
+	if !wire.ValidSourceID(s) {
 		return errcode.New(errcode.Usage, "source id %q must be 1..64 of [A-Za-z0-9._-], not starting with '.'", trunc(s))
 	}
 	return nil
@@ -290,8 +103,8 @@ func CheckSourceID(s string) error {
 
 // CheckConfigRef applies [OP-1] to a config reference.
 func CheckConfigRef(s string) error {
-	if !ValidConfigRef(s) {
-		return errcode.New(errcode.Usage, "config ref must be one line of 1..%d bytes of UTF-8 with no control characters", MaxConfigRef)
+	if !wire.ValidConfigRef(s) {
+		return errcode.New(errcode.Usage, "config ref must be one line of 1..%d bytes of UTF-8 with no control characters", wire.MaxConfigRefBytes)
 	}
 	return nil
 }
@@ -302,20 +115,30 @@ func CheckConfigRef(s string) error {
 var hidden = strictjson.DecodeOpts{HidePointers: true}
 
 // CheckHandshake verifies a handshake response against the request it answers
-// ([PROTO-2]). The adapter-name set must equal the enabled subset exactly.
-func CheckHandshake(data []byte, req *HandshakeRequest) error {
-	var resp HandshakeResponse
-	if err := strictjson.DecodeWith(data, MaxEnvelope, "handshake response", &resp, hidden); err != nil {
-		return refused(errcode.HandshakeInvalid, err)
+// ([PROTO-2]); see DecodeHandshake.
+func CheckHandshake(data []byte, req *wire.HandshakeRequest) error {
+	_, err := DecodeHandshake(data, req)
+	return err
+}
+
+// DecodeHandshake verifies a handshake response against the request it
+// answers ([PROTO-2]) and returns it: strictly parsed, the request id
+// echoed, the schema and extension identity equal, a host protocol and
+// capability version the request offered, and exactly the enabled
+// adapter-name set.
+func DecodeHandshake(data []byte, req *wire.HandshakeRequest) (*wire.HandshakeResponse, error) {
+	var resp wire.HandshakeResponse
+	if err := strictjson.DecodeWith(data, wire.MaxEnvelopeBytes, "handshake response", &resp, hidden); err != nil {
+		return nil, refused(errcode.HandshakeInvalid, err)
 	}
 	if resp.RequestID != req.RequestID {
-		return refuse(errcode.RequestIDMismatch, "handshake response: request_id does not match the request")
+		return nil, refuse(errcode.RequestIDMismatch, "handshake response: request_id does not match the request")
 	}
-	bad := func(field string) error {
-		return refuse(errcode.HandshakeInvalid, "handshake response: %s does not match the binding", field)
+	bad := func(field string) (*wire.HandshakeResponse, error) {
+		return nil, refuse(errcode.HandshakeInvalid, "handshake response: %s does not match the binding", field)
 	}
 	switch {
-	case resp.Schema != HandshakeResponseSchema:
+	case resp.Schema != wire.HandshakeResponseSchema:
 		return bad("schema")
 	case resp.ExtensionID != req.ExtensionID:
 		return bad("extension_id")
@@ -330,7 +153,7 @@ func CheckHandshake(data []byte, req *HandshakeRequest) error {
 	case !sameSet(resp.AdapterNames, req.Capability.AdapterNames):
 		return bad("adapter_names")
 	}
-	return nil
+	return &resp, nil
 }
 
 func sameSet(a, b []string) bool {
@@ -343,82 +166,112 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(x, y) && len(slices.Compact(x)) == len(a)
 }
 
-// CheckResponse verifies an invoke response and returns its result object.
-// A well-formed ok=false answer becomes extension-<code>; its diagnostic is
-// validated and dropped, never returned.
-func CheckResponse(data []byte, requestID string) (jsontext.Value, error) {
-	var resp Response
-	if err := strictjson.DecodeWith(data, MaxEnvelope, "response", &resp, hidden); err != nil {
+// DecodeResponse verifies an invoke response to the request requestID and
+// returns it: strictly parsed, the request id echoed, and either ok=true with
+// an object result and a null error, or ok=false with a null result and a
+// valid error body (one of the five codes, a bounded diagnostic).
+func DecodeResponse(data []byte, requestID string) (*wire.Response, error) {
+	var resp wire.Response
+	if err := strictjson.DecodeWith(data, wire.MaxEnvelopeBytes, "response", &resp, hidden); err != nil {
 		return nil, refused(errcode.ResponseInvalid, err)
 	}
-	if resp.Schema != ResponseSchema {
-		return nil, refuse(errcode.ResponseInvalid, "response: schema must be %q", ResponseSchema)
+	if resp.Schema != wire.ResponseSchema {
+		return nil, refuse(errcode.ResponseInvalid, "response: schema must be %q", wire.ResponseSchema)
 	}
 	if resp.RequestID != requestID {
 		return nil, refuse(errcode.RequestIDMismatch, "response: request_id does not match the request")
 	}
+	result := jsontext.Value(resp.Result).Kind()
 	if resp.OK {
-		if resp.Error != nil || resp.Result.Kind() != '{' {
+		if resp.Error != nil || result != '{' {
 			return nil, refuse(errcode.ResponseInvalid, "response: ok=true needs an object result and a null error")
 		}
-		return resp.Result, nil
+		return &resp, nil
 	}
-	if resp.Error == nil || resp.Result.Kind() != 'n' {
+	if resp.Error == nil || result != 'n' {
 		return nil, refuse(errcode.ResponseInvalid, "response: ok=false needs a null result and an error object")
 	}
 	e := resp.Error
-	if !slices.Contains(PackageErrorCodes, e.Code) {
-		return nil, refuse(errcode.ResponseInvalid, "response: error.code is not one of %s", strings.Join(PackageErrorCodes, ", "))
+	if !e.Code.Valid() {
+		return nil, refuse(errcode.ResponseInvalid, "response: error.code is not one of %s", codeList)
 	}
-	if !ValidDiagnostic(e.Diagnostic) {
-		return nil, refuse(errcode.ResponseInvalid, "response: error.diagnostic must be 1..%d bytes without control characters", MaxDiagnostic)
+	if !wire.ValidDiagnostic(e.Diagnostic) {
+		return nil, refuse(errcode.ResponseInvalid, "response: error.diagnostic must be 1..%d bytes without control characters", wire.MaxDiagnosticBytes)
 	}
+	return &resp, nil
+}
+
+// codeList spells wire.Codes for messages.
+var codeList = func() string {
+	var b strings.Builder
+	for i, c := range wire.Codes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(c))
+	}
+	return b.String()
+}()
+
+// CheckResponse verifies an invoke response (DecodeResponse) and returns its
+// result object. A well-formed ok=false answer becomes extension-<code>; its
+// diagnostic is validated and dropped, never returned.
+func CheckResponse(data []byte, requestID string) ([]byte, error) {
+	resp, err := DecodeResponse(data, requestID)
+	if err != nil {
+		return nil, err
+	}
+	if resp.OK {
+		return resp.Result, nil
+	}
+	e := resp.Error
 	retry := ""
 	if e.Retryable {
 		retry = " (retryable)"
 	}
-	return nil, errcode.New(errcode.Code("extension-"+e.Code), "the package answered %s%s; its diagnostic is not shown", e.Code, retry)
+	return nil, errcode.New(errcode.Code("extension-"+string(e.Code)), "the package answered %s%s; its diagnostic is not shown", e.Code, retry)
 }
 
 // DecodeResult parses an operation's result object into the operation's exact
-// shape and applies its value rules.
-func DecodeResult(op string, raw jsontext.Value) (any, error) {
+// shape (*wire.PollResult, *wire.ClassifyResult or *wire.BoolResult) and
+// applies its value rules.
+func DecodeResult(op string, raw []byte) (any, error) {
 	wrap := func(err error) error { return refused(errcode.ResponseInvalid, err) }
 	what := op + " result"
 	switch op {
-	case OpPoll:
-		var r PollResult
-		if err := strictjson.DecodeWith(raw, MaxEnvelope, what, &r, hidden); err != nil {
+	case wire.OpPoll:
+		var r wire.PollResult
+		if err := strictjson.DecodeWith(raw, wire.MaxEnvelopeBytes, what, &r, hidden); err != nil {
 			return nil, wrap(err)
 		}
 		switch {
-		case r.Status == "result" && len(r.Output) > MaxPollOutput:
-			return nil, refuse(errcode.ResponseOversized, "%s: output is larger than %d bytes", what, MaxPollOutput)
-		case r.Status == "result" && EscapedLen(r.Output) > MaxEscapedOutput:
-			return nil, refuse(errcode.ResponseOversized, "%s: output takes %d bytes once JSON-escaped, more than the %d that fit in a verdict request", what, EscapedLen(r.Output), MaxEscapedOutput)
-		case r.Status == "result" && len(r.Output) >= 1:
-		case r.Status == "no-result" && r.Output == "":
+		case r.Status == wire.StatusResult && len(r.Output) > wire.MaxOutputBytes:
+			return nil, refuse(errcode.ResponseOversized, "%s: output is larger than %d bytes", what, wire.MaxOutputBytes)
+		case r.Status == wire.StatusResult && wire.EscapedLen(r.Output) > wire.MaxEscapedOutputBytes:
+			return nil, refuse(errcode.ResponseOversized, "%s: output takes %d bytes once JSON-escaped, more than the %d that fit in a verdict request", what, wire.EscapedLen(r.Output), wire.MaxEscapedOutputBytes)
+		case r.Status == wire.StatusResult && len(r.Output) >= 1:
+		case r.Status == wire.StatusNoResult && r.Output == "":
 		default:
-			return nil, refuse(errcode.ResponseInvalid, "%s: needs status \"result\" with 1..%d bytes of output, or \"no-result\" with empty output", what, MaxPollOutput)
+			return nil, refuse(errcode.ResponseInvalid, "%s: needs status \"result\" with 1..%d bytes of output, or \"no-result\" with empty output", what, wire.MaxOutputBytes)
 		}
 		return &r, nil
-	case OpClassify:
-		var r ClassifyResult
-		if err := strictjson.DecodeWith(raw, MaxEnvelope, what, &r, hidden); err != nil {
+	case wire.OpClassify:
+		var r wire.ClassifyResult
+		if err := strictjson.DecodeWith(raw, wire.MaxEnvelopeBytes, what, &r, hidden); err != nil {
 			return nil, wrap(err)
 		}
-		if !ValidClassification(r.Classification) {
-			return nil, refuse(errcode.ResponseInvalid, "%s: classification must be a lower-case token of at most %d bytes", what, MaxClassifyToken)
+		if !wire.ValidClassification(r.Classification) {
+			return nil, refuse(errcode.ResponseInvalid, "%s: classification must be a lower-case token of at most %d bytes", what, wire.MaxClassificationBytes)
 		}
 		return &r, nil
-	case OpTerminal, OpSilent:
-		var r BoolResult
-		if err := strictjson.DecodeWith(raw, MaxEnvelope, what, &r, hidden); err != nil {
+	case wire.OpTerminal, wire.OpSilent:
+		var r wire.BoolResult
+		if err := strictjson.DecodeWith(raw, wire.MaxEnvelopeBytes, what, &r, hidden); err != nil {
 			return nil, wrap(err)
 		}
 		return &r, nil
 	}
-	return nil, errcode.New(errcode.Usage, "unknown operation %q (one of %s)", op, strings.Join(Operations, ", "))
+	return nil, errcode.New(errcode.Usage, "unknown operation %q (one of %s)", op, strings.Join(wire.Operations, ", "))
 }
 
 // refusal is the host's own account of why it refused a package's answer
@@ -449,28 +302,16 @@ func refused(code errcode.Code, err error) error {
 	return refuse(code, "%s", msg)
 }
 
-// Evidence is the host-produced document that replaces a failed source.poll
-// ([OP-3]). It carries only host-chosen values, never package text. Detail
-// is this project's one extension of the contract's four keys: present only
-// when the host refused the package's answer (a refusal), it is the host's
-// parse detail, at most MaxDetail bytes of printable ASCII.
-type Evidence struct {
-	Code        string `json:"code"`
-	Detail      string `json:"detail,omitzero"`
-	ExtensionID string `json:"extension_id"`
-	Operation   string `json:"operation"`
-	Schema      string `json:"schema"`
-}
-
 // MaxDetail bounds the evidence's detail in bytes.
 const MaxDetail = 200
 
-// EvidenceFor returns the canonical evidence line for a failed poll.
+// EvidenceFor returns the canonical evidence line (wire.Evidence) for a
+// failed poll ([OP-3]).
 func EvidenceFor(err error, extensionID string) []byte {
 	if extensionID == "" {
 		extensionID = "unknown"
 	}
-	ev := Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: OpPoll, Schema: EvidenceSchema}
+	ev := wire.Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: wire.OpPoll, Schema: wire.EvidenceSchema}
 	var r *refusal
 	if errors.As(err, &r) {
 		ev.Detail = printable(r.Detail, MaxDetail)

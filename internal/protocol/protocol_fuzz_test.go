@@ -12,16 +12,17 @@ import (
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/reliability"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 const fuzzRID = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 
-func fuzzHandshakeRequest() *protocol.HandshakeRequest {
-	return &protocol.HandshakeRequest{
-		Schema: protocol.HandshakeRequestSchema, RequestID: fuzzRID, HostProtocols: []int64{1},
+func fuzzHandshakeRequest() *wire.HandshakeRequest {
+	return &wire.HandshakeRequest{
+		Schema: wire.HandshakeRequestSchema, RequestID: fuzzRID, HostProtocols: []int64{1},
 		ExtensionID: "org.example.x", ExtensionVersion: "1.0.0",
 		PackageDigest: "sha256:2222222222222222222222222222222222222222222222222222222222222222",
-		Capability:    protocol.HandshakeCapability{Name: protocol.Capability, Versions: []int64{1}, AdapterNames: []string{"a", "b"}},
+		Capability:    wire.HandshakeCapability{Name: wire.CapabilityName, Versions: []int64{1}, AdapterNames: []string{"a", "b"}},
 	}
 }
 
@@ -89,8 +90,8 @@ func FuzzCheckHandshake(f *testing.F) {
 			names = append(names, n.(string))
 		}
 		slices.Sort(names)
-		if m["schema"] != protocol.HandshakeResponseSchema || m["request_id"] != req.RequestID || m["extension_id"] != req.ExtensionID ||
-			m["extension_version"] != req.ExtensionVersion || m["host_protocol"] != json.Number("1") || m["capability"] != protocol.Capability ||
+		if m["schema"] != wire.HandshakeResponseSchema || m["request_id"] != req.RequestID || m["extension_id"] != req.ExtensionID ||
+			m["extension_version"] != req.ExtensionVersion || m["host_protocol"] != json.Number("1") || m["capability"] != wire.CapabilityName ||
 			m["capability_version"] != json.Number("1") || !slices.Equal(names, []string{"a", "b"}) {
 			t.Fatalf("accepted %q, whose identities differ from the request", data)
 		}
@@ -120,7 +121,7 @@ func FuzzCheckResponse(f *testing.F) {
 		ok(`{"output":"hi","status":"result"}`), ok(`{"classification":"file-signal"}`), ok(`{"value":true}`), ok(`{"value":false}`),
 		ok(`{"output":"","status":"no-result"}`), ok(`{"output":"x","status":"no-result"}`), ok(`{"output":"","status":"result"}`),
 		ok(`{"output":"x","path":"/etc/passwd","status":"result"}`), ok(`{"classification":"File"}`), ok(`null`), ok(`{"value":"true"}`),
-		ok(`{"output":"` + strings.Repeat("a", protocol.MaxPollOutput+1) + `","status":"result"}`), ok(`{"output":"\ud800","status":"result"}`),
+		ok(`{"output":"` + strings.Repeat("a", wire.MaxOutputBytes+1) + `","status":"result"}`), ok(`{"output":"\ud800","status":"result"}`),
 		fail("unavailable", "SECRET-DIAGNOSTIC"), fail("internal", "d"), fail("teapot", "d"), fail("conflict", ""), fail("conflict", `a\nb`),
 		fail("conflict", strings.Repeat("d", 513)), "\ufeff" + ok(`{"value":true}`), ok(`{"value":true}`) + ok(`{"value":true}`),
 		strings.Replace(ok(`{"value":true}`), "1111", "2222", 1), strings.Replace(ok(`{"value":true}`), `"error":null`, `"error":null,"error":null`, 1),
@@ -128,7 +129,7 @@ func FuzzCheckResponse(f *testing.F) {
 		f.Add([]byte(s), uint8(i))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, opIndex uint8) {
-		op := protocol.Operations[int(opIndex)%len(protocol.Operations)]
+		op := wire.Operations[int(opIndex)%len(wire.Operations)]
 		raw, err := protocol.CheckResponse(data, fuzzRID)
 		m := reference(data)
 		if err != nil {
@@ -143,7 +144,7 @@ func FuzzCheckResponse(f *testing.F) {
 			diag, _ := e["diagnostic"].(string)
 			if m == nil || !keys(m, "schema", "request_id", "ok", "result", "error") || m["ok"] != false || m["result"] != nil ||
 				!keys(e, "code", "retryable", "diagnostic") || "extension-"+e["code"].(string) != string(code) ||
-				!slices.Contains(protocol.PackageErrorCodes, e["code"].(string)) || !validDiagnostic(diag) {
+				!wire.Code(e["code"].(string)).Valid() || !validDiagnostic(diag) {
 				t.Fatalf("%s from %q, which is not a valid ok=false response", code, data)
 			}
 			if len(diag) >= 8 && strings.Contains(err.Error(), diag) {
@@ -151,7 +152,7 @@ func FuzzCheckResponse(f *testing.F) {
 			}
 			return
 		}
-		if m == nil || !keys(m, "schema", "request_id", "ok", "result", "error") || m["schema"] != protocol.ResponseSchema ||
+		if m == nil || !keys(m, "schema", "request_id", "ok", "result", "error") || m["schema"] != wire.ResponseSchema ||
 			m["request_id"] != fuzzRID || m["ok"] != true || m["error"] != nil {
 			t.Fatalf("accepted %q, which is not a valid ok=true response", data)
 		}
@@ -165,15 +166,15 @@ func FuzzCheckResponse(f *testing.F) {
 		}
 		var good bool
 		switch v := v.(type) {
-		case *protocol.PollResult:
-			good = op == protocol.OpPoll && keys(result, "status", "output") &&
-				(v.Status == "result" && len(v.Output) >= 1 && len(v.Output) <= protocol.MaxPollOutput && utf8.ValidString(v.Output) && escaped(v.Output) <= protocol.MaxEscapedOutput ||
+		case *wire.PollResult:
+			good = op == wire.OpPoll && keys(result, "status", "output") &&
+				(v.Status == "result" && len(v.Output) >= 1 && len(v.Output) <= wire.MaxOutputBytes && utf8.ValidString(v.Output) && escaped(v.Output) <= wire.MaxEscapedOutputBytes ||
 					v.Status == "no-result" && v.Output == "") && result["output"] == v.Output && result["status"] == v.Status
-		case *protocol.ClassifyResult:
-			good = op == protocol.OpClassify && keys(result, "classification") && len(v.Classification) <= protocol.MaxClassifyToken &&
+		case *wire.ClassifyResult:
+			good = op == wire.OpClassify && keys(result, "classification") && len(v.Classification) <= wire.MaxClassificationBytes &&
 				tokenRe.MatchString(v.Classification) && result["classification"] == v.Classification
-		case *protocol.BoolResult:
-			good = (op == protocol.OpTerminal || op == protocol.OpSilent) && keys(result, "value") && result["value"] == v.Value
+		case *wire.BoolResult:
+			good = (op == wire.OpTerminal || op == wire.OpSilent) && keys(result, "value") && result["value"] == v.Value
 		}
 		if !good {
 			t.Fatalf("%s accepted %q as %#v", op, data, v)
@@ -183,7 +184,7 @@ func FuzzCheckResponse(f *testing.F) {
 
 // validDiagnostic is [PROTO-4]'s rule: 1..512 bytes, no control character.
 func validDiagnostic(s string) bool {
-	return len(s) >= 1 && len(s) <= protocol.MaxDiagnostic && utf8.ValidString(s) && !strings.ContainsFunc(s, control)
+	return len(s) >= 1 && len(s) <= wire.MaxDiagnosticBytes && utf8.ValidString(s) && !strings.ContainsFunc(s, control)
 }
 
 // control is the contract's control character: C0, DEL or C1.
@@ -206,7 +207,7 @@ func FuzzInputs(f *testing.F) {
 		if got, want := protocol.CheckRequestID(s) == nil, requestIDRe.MatchString(s); got != want {
 			t.Fatalf("CheckRequestID(%q) accepts=%v, the contract says %v", s, got, want)
 		}
-		want := len(s) >= 1 && len(s) <= protocol.MaxConfigRef && utf8.ValidString(s) && !strings.ContainsFunc(s, control)
+		want := len(s) >= 1 && len(s) <= wire.MaxConfigRefBytes && utf8.ValidString(s) && !strings.ContainsFunc(s, control)
 		if got := protocol.CheckConfigRef(s) == nil; got != want {
 			t.Fatalf("CheckConfigRef(%q) accepts=%v, the contract says %v", s, got, want)
 		}
@@ -217,7 +218,7 @@ func FuzzInputs(f *testing.F) {
 }
 
 // escaped is the size of s inside a canonical JSON string, measured by the
-// encoder itself: the oracle of protocol.EscapedLen.
+// encoder itself: the oracle of wire.EscapedLen.
 func escaped(s string) int {
 	b, err := strictjson.Canonical(s)
 	if err != nil {

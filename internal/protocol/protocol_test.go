@@ -10,16 +10,17 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 const rid = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 
-func hsReq() *HandshakeRequest {
-	return &HandshakeRequest{
-		Schema: HandshakeRequestSchema, RequestID: rid, HostProtocols: []int64{1},
+func hsReq() *wire.HandshakeRequest {
+	return &wire.HandshakeRequest{
+		Schema: wire.HandshakeRequestSchema, RequestID: rid, HostProtocols: []int64{1},
 		ExtensionID: "org.example.x", ExtensionVersion: "1.0.0",
 		PackageDigest: "sha256:2222222222222222222222222222222222222222222222222222222222222222",
-		Capability:    HandshakeCapability{Name: Capability, Versions: []int64{1}, AdapterNames: []string{"a", "b"}},
+		Capability:    wire.HandshakeCapability{Name: wire.CapabilityName, Versions: []int64{1}, AdapterNames: []string{"a", "b"}},
 	}
 }
 
@@ -66,8 +67,8 @@ func TestCheckResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := DecodeResult(OpPoll, raw)
-	if err != nil || res.(*PollResult).Output != "hi" {
+	res, err := DecodeResult(wire.OpPoll, raw)
+	if err != nil || res.(*wire.PollResult).Output != "hi" {
 		t.Fatalf("%v %v", res, err)
 	}
 	secret := "TOP-SECRET-DIAG"
@@ -114,10 +115,10 @@ func TestCheckResponse(t *testing.T) {
 // [OP-1] results have exactly their operation's shape.
 func TestDecodeResult(t *testing.T) {
 	ok := map[string]string{
-		OpPoll:     `{"status":"no-result","output":""}`,
-		OpClassify: `{"classification":"file-signal"}`,
-		OpTerminal: `{"value":true}`,
-		OpSilent:   `{"value":false}`,
+		wire.OpPoll:     `{"status":"no-result","output":""}`,
+		wire.OpClassify: `{"classification":"file-signal"}`,
+		wire.OpTerminal: `{"value":true}`,
+		wire.OpSilent:   `{"value":false}`,
 	}
 	for op, in := range ok {
 		if _, err := DecodeResult(op, []byte(in)); err != nil {
@@ -125,24 +126,24 @@ func TestDecodeResult(t *testing.T) {
 		}
 	}
 	bad := []struct{ op, in string }{
-		{OpPoll, `{"status":"result","output":""}`},
-		{OpPoll, `{"status":"no-result","output":"x"}`},
-		{OpPoll, `{"status":"maybe","output":"x"}`},
-		{OpPoll, `{"status":"result","output":"x","path":"/etc/passwd"}`},
-		{OpPoll, `{"status":"result","output":"` + strings.Repeat("a", MaxPollOutput+1) + `"}`},
-		{OpClassify, `{"classification":"File-Signal"}`},
-		{OpClassify, `{"classification":"` + strings.Repeat("a", 65) + `"}`},
-		{OpClassify, `{"classification":""}`},
-		{OpTerminal, `{"value":"true"}`},
-		{OpTerminal, `{"value":true,"force":true}`},
-		{OpSilent, `{}`},
+		{wire.OpPoll, `{"status":"result","output":""}`},
+		{wire.OpPoll, `{"status":"no-result","output":"x"}`},
+		{wire.OpPoll, `{"status":"maybe","output":"x"}`},
+		{wire.OpPoll, `{"status":"result","output":"x","path":"/etc/passwd"}`},
+		{wire.OpPoll, `{"status":"result","output":"` + strings.Repeat("a", wire.MaxOutputBytes+1) + `"}`},
+		{wire.OpClassify, `{"classification":"File-Signal"}`},
+		{wire.OpClassify, `{"classification":"` + strings.Repeat("a", 65) + `"}`},
+		{wire.OpClassify, `{"classification":""}`},
+		{wire.OpTerminal, `{"value":"true"}`},
+		{wire.OpTerminal, `{"value":true,"force":true}`},
+		{wire.OpSilent, `{}`},
 	}
 	for _, c := range bad {
 		if _, err := DecodeResult(c.op, []byte(c.in)); err == nil {
 			t.Errorf("%s %s accepted", c.op, c.in)
 		}
 	}
-	if _, err := DecodeResult(OpPoll, []byte(`{"status":"result","output":"`+strings.Repeat("a", MaxPollOutput)+`"}`)); err != nil {
+	if _, err := DecodeResult(wire.OpPoll, []byte(`{"status":"result","output":"`+strings.Repeat("a", wire.MaxOutputBytes)+`"}`)); err != nil {
 		t.Errorf("output exactly at the bound refused: %v", err)
 	}
 }
@@ -206,17 +207,17 @@ func TestPredicates(t *testing.T) {
 		good []string
 		bad  []string
 	}{
-		{"ValidClassification", ValidClassification,
+		{"wire.ValidClassification", wire.ValidClassification,
 			[]string{"a", "file-signal", "a1.b2-c3_d4", strings.Repeat("a", 64)},
 			[]string{"", "A", "a b", "-a", "a-", "a..b", "é", strings.Repeat("a", 65)}},
-		{"ValidConfigRef", ValidConfigRef,
+		{"wire.ValidConfigRef", wire.ValidConfigRef,
 			[]string{"x", "file:/tmp/a b", strings.Repeat("é", 256)},
 			[]string{"", "a\nb", "a\x7fb", "a\u0085b", "\xff", strings.Repeat("x", 513)}},
-		{"ValidDiagnostic", ValidDiagnostic,
+		{"wire.ValidDiagnostic", wire.ValidDiagnostic,
 			[]string{"x", strings.Repeat("x", 512)},
 			[]string{"", "a\tb", "a\u009fb", "\xff", strings.Repeat("x", 513)}},
-		{"ValidRequestID", ValidRequestID, []string{rid}, []string{"", strings.ToUpper(rid), rid[:70]}},
-		{"ValidSourceID", ValidSourceID, []string{"a", "_x.y-z"}, []string{"", ".a", "a/b"}},
+		{"wire.ValidRequestID", wire.ValidRequestID, []string{rid}, []string{"", strings.ToUpper(rid), rid[:70]}},
+		{"wire.ValidSourceID", wire.ValidSourceID, []string{"a", "_x.y-z"}, []string{"", ".a", "a/b"}},
 	} {
 		for _, s := range c.good {
 			if !c.f(s) {
@@ -282,9 +283,9 @@ func TestRefusalsHidePackageKeys(t *testing.T) {
 		})
 	}
 	t.Run("result", func(t *testing.T) {
-		_, err := DecodeResult(OpPoll, []byte(`{"status":"result","output":"hi","debug":true}`))
+		_, err := DecodeResult(wire.OpPoll, []byte(`{"status":"result","output":"hi","debug":true}`))
 		named(t, err, errcode.ResponseInvalid, `source.poll result: unknown key at "/debug"`)
-		_, err = DecodeResult(OpClassify, []byte(`{"classification":{"`+secret+`":1}}`))
+		_, err = DecodeResult(wire.OpClassify, []byte(`{"classification":{"`+secret+`":1}}`))
 		check(t, err, errcode.ResponseInvalid, `wrong type or value at "/classification"`)
 	})
 }
@@ -302,7 +303,7 @@ func TestEvidenceDetail(t *testing.T) {
 		_, err := CheckResponse([]byte(resp), rid)
 		if err == nil {
 			raw, _ := CheckResponse([]byte(okResp), rid)
-			_, err = DecodeResult(OpPoll, raw)
+			_, err = DecodeResult(wire.OpPoll, raw)
 		}
 		return string(EvidenceFor(err, "org.example.x"))
 	}
@@ -327,7 +328,7 @@ func TestEvidenceDetail(t *testing.T) {
 	}
 	t.Run("bounded", func(t *testing.T) {
 		got := string(EvidenceFor(refuse(errcode.ResponseInvalid, "%s", strings.Repeat("\u00e9x", 300)), "org.example.x"))
-		var ev Evidence
+		var ev wire.Evidence
 		if err := strictjson.Decode([]byte(got), 4096, "evidence", &ev); err != nil {
 			t.Fatal(err)
 		}
@@ -345,57 +346,57 @@ func TestEvidenceDetail(t *testing.T) {
 
 // maxVerdictRequest is the longest result.classify/terminal/silent request
 // that can carry content: every other field at its longest ([OP-1], [MAN-1]).
-func maxVerdictRequest(op, content string) *Request {
+func maxVerdictRequest(op, content string) *wire.Request {
 	const maxInt = 1<<63 - 1
-	return &Request{
-		Schema: RequestSchema, RequestID: rid, HostProtocol: maxInt,
+	return &wire.Request{
+		Schema: wire.RequestSchema, RequestID: rid, HostProtocol: maxInt,
 		ExtensionID: strings.Repeat("a", 128), ExtensionVersion: strings.Repeat("1", 128),
-		PackageDigest: rid, Capability: Capability, CapabilityVersion: maxInt,
+		PackageDigest: rid, Capability: wire.CapabilityName, CapabilityVersion: maxInt,
 		Adapter: strings.Repeat("a", 32), Operation: op,
-		Input: ResultInput{SourceID: strings.Repeat("s", 64), Sequence: maxInt, Content: content},
+		Input: canonical(wire.ResultInput{SourceID: strings.Repeat("s", 64), Sequence: maxInt, Content: content}),
 	}
 }
 
-// [INV-4] [OP-1] [CAP-4] MaxEscapedOutput is exactly what fits: a verdict
+// [INV-4] [OP-1] [CAP-4] wire.MaxEscapedOutputBytes is exactly what fits: a verdict
 // request with every other field at its longest and a content of
-// MaxEscapedOutput escaped bytes is exactly MaxEnvelope bytes, for each of
+// wire.MaxEscapedOutputBytes escaped bytes is exactly wire.MaxEnvelopeBytes bytes, for each of
 // the three operations.
 func TestEscapedOutputFitsVerdictRequest(t *testing.T) {
-	for _, op := range []string{OpClassify, OpTerminal, OpSilent} {
-		for _, content := range []string{strings.Repeat(`"`, MaxEscapedOutput/2), strings.Repeat("a", MaxEscapedOutput), strings.Repeat("\x01", MaxEscapedOutput/6) + "\n\n"} {
-			if EscapedLen(content) != MaxEscapedOutput {
-				t.Fatalf("content of %d escaped bytes, want %d", EscapedLen(content), MaxEscapedOutput)
+	for _, op := range []string{wire.OpClassify, wire.OpTerminal, wire.OpSilent} {
+		for _, content := range []string{strings.Repeat(`"`, wire.MaxEscapedOutputBytes/2), strings.Repeat("a", wire.MaxEscapedOutputBytes), strings.Repeat("\x01", wire.MaxEscapedOutputBytes/6) + "\n\n"} {
+			if wire.EscapedLen(content) != wire.MaxEscapedOutputBytes {
+				t.Fatalf("content of %d escaped bytes, want %d", wire.EscapedLen(content), wire.MaxEscapedOutputBytes)
 			}
 			b, err := strictjson.Canonical(maxVerdictRequest(op, content))
 			if err != nil {
 				t.Fatal(err)
 			}
-			limit := MaxEnvelope
-			if op == OpSilent {
-				limit -= len(OpClassify) - len(OpSilent)
+			limit := wire.MaxEnvelopeBytes
+			if op == wire.OpSilent {
+				limit -= len(wire.OpClassify) - len(wire.OpSilent)
 			}
 			if len(b) != limit {
-				t.Errorf("%s request carrying %d escaped bytes is %d bytes, want %d", op, EscapedLen(content), len(b), limit)
+				t.Errorf("%s request carrying %d escaped bytes is %d bytes, want %d", op, wire.EscapedLen(content), len(b), limit)
 			}
 		}
 	}
 }
 
-// [INV-4] EscapedLen is the encoder's own measure, for every ASCII byte and
+// [INV-4] wire.EscapedLen is the encoder's own measure, for every ASCII byte and
 // for random UTF-8 strings.
 func TestEscapedLenMatchesEncoder(t *testing.T) {
 	check := func(s string) bool {
 		b, err := strictjson.Canonical(s)
-		return err == nil && EscapedLen(s) == len(b)-2
+		return err == nil && wire.EscapedLen(s) == len(b)-2
 	}
 	for c := 0; c < 0x80; c++ {
 		if s := strings.Repeat(string(rune(c)), 3); !check(s) {
-			t.Errorf("byte %#x: EscapedLen %d", c, EscapedLen(s))
+			t.Errorf("byte %#x: wire.EscapedLen %d", c, wire.EscapedLen(s))
 		}
 	}
 	for _, s := range []string{"\u0085\u2028\u2029\U0001F600<>&\x7f", "é\"\\\b"} {
 		if !check(s) {
-			t.Errorf("%q: EscapedLen %d", s, EscapedLen(s))
+			t.Errorf("%q: wire.EscapedLen %d", s, wire.EscapedLen(s))
 		}
 	}
 	if err := quick.Check(func(s string) bool { return !utf8.ValidString(s) || check(s) }, &quick.Config{MaxCount: 5000}); err != nil {
@@ -408,11 +409,11 @@ func TestEscapedLenMatchesEncoder(t *testing.T) {
 // one more character of each is response-oversized.
 func TestPollOutputEscapedBound(t *testing.T) {
 	poll := func(output string) error {
-		b, err := strictjson.Canonical(PollResult{Status: "result", Output: output})
+		b, err := strictjson.Canonical(wire.PollResult{Status: "result", Output: output})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = DecodeResult(OpPoll, b)
+		_, err = DecodeResult(wire.OpPoll, b)
 		return err
 	}
 	emoji := "\U0001F600"
@@ -422,17 +423,26 @@ func TestPollOutputEscapedBound(t *testing.T) {
 		most      int
 		extraUnit string
 	}{
-		{`all '"'`, `"`, MaxEscapedOutput / 2, `"`},
-		{"all control", "\x01", MaxEscapedOutput / 6, "\x01"},
-		{"all newline", "\n", MaxEscapedOutput / 2, "\n"},
-		{"all 4-byte utf-8", emoji, MaxPollOutput / 4, "a"},
+		{`all '"'`, `"`, wire.MaxEscapedOutputBytes / 2, `"`},
+		{"all control", "\x01", wire.MaxEscapedOutputBytes / 6, "\x01"},
+		{"all newline", "\n", wire.MaxEscapedOutputBytes / 2, "\n"},
+		{"all 4-byte utf-8", emoji, wire.MaxOutputBytes / 4, "a"},
 	} {
 		at := strings.Repeat(c.unit, c.most)
 		if err := poll(at); err != nil {
-			t.Errorf("%s: %d bytes (%d escaped) refused: %v", c.name, len(at), EscapedLen(at), err)
+			t.Errorf("%s: %d bytes (%d escaped) refused: %v", c.name, len(at), wire.EscapedLen(at), err)
 		}
 		if err := poll(at + c.extraUnit); errcode.Of(err) != errcode.ResponseOversized {
 			t.Errorf("%s: one more: got %v, want response-oversized", c.name, err)
 		}
 	}
+}
+
+// canonical encodes a request's input as the host does before sending it.
+func canonical(v any) []byte {
+	b, err := strictjson.Canonical(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

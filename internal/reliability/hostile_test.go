@@ -14,10 +14,10 @@ import (
 	"testing"
 
 	"firstmate.dev/fm/internal/binding"
-	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/internal/transfer"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // When a hostile input is refused, relative to package code.
@@ -114,11 +114,11 @@ func refusal(r *run) (string, bool) {
 		code := r.errCode()
 		return code, code != ""
 	case 70:
-		var ev protocol.Evidence
+		var ev wire.Evidence
 		if strings.Count(r.stdout, "\n") != 1 || strictjson.Decode([]byte(r.stdout), 4096, "evidence", &ev) != nil {
 			return "", false
 		}
-		return ev.Code, ev.Schema == protocol.EvidenceSchema && ev.Operation == protocol.OpPoll
+		return ev.Code, ev.Schema == wire.EvidenceSchema && ev.Operation == wire.OpPoll
 	}
 	return "", false
 }

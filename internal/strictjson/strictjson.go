@@ -31,6 +31,7 @@ package strictjson
 
 import (
 	"bytes"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -201,13 +202,19 @@ func PeekString(data []byte, name string) (value string, ok bool) {
 	return value, true
 }
 
-var rawValueType = reflect.TypeFor[jsontext.Value]()
+// The raw value types: a field of either holds any JSON value, null
+// included, unchecked here. json.RawMessage is the one that public packages
+// use, so that no exported signature carries a third-party type.
+var (
+	rawValueType   = reflect.TypeFor[jsontext.Value]()
+	rawMessageType = reflect.TypeFor[stdjson.RawMessage]()
+)
 
 // checkShape enforces key presence and null placement, which json.Unmarshal
 // does not: a missing key or a null for a non-nullable field is refused.
 func (r *reporter) checkShape(raw jsontext.Value, t reflect.Type, ptr string) error {
 	what := r.what
-	if t == rawValueType || t.Kind() == reflect.Interface {
+	if t == rawValueType || t == rawMessageType || t.Kind() == reflect.Interface {
 		return nil
 	}
 	isNull := raw.Kind() == 'n'
@@ -231,6 +238,12 @@ func (r *reporter) checkShape(raw jsontext.Value, t reflect.Type, ptr string) er
 		}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
+			if inlined(f) {
+				if err := r.checkShape(raw, f.Type, ptr); err != nil {
+					return err
+				}
+				continue
+			}
 			name, optional, ok := fieldName(f)
 			if !ok {
 				continue
@@ -277,6 +290,12 @@ func (r *reporter) checkShape(raw jsontext.Value, t reflect.Type, ptr string) er
 		}
 	}
 	return nil
+}
+
+// inlined reports whether f is an embedded struct without a JSON name,
+// whose members the encoder writes as its parent's own.
+func inlined(f reflect.StructField) bool {
+	return f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == ""
 }
 
 func fieldName(f reflect.StructField) (name string, optional, ok bool) {

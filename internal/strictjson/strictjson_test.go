@@ -304,3 +304,36 @@ func TestStrayText(t *testing.T) {
 		}
 	}
 }
+
+// Inner is embedded in outer: its members are outer's own ([JSON-1]).
+type Inner struct {
+	Name string `json:"name"`
+	Opt  int64  `json:"opt,omitzero"`
+}
+
+type outer struct {
+	Inner
+	Path string `json:"path"`
+}
+
+// [JSON-1] An embedded struct's members are inlined, as the encoder writes
+// them: each is required (but those tagged omitzero), at the top level, and
+// a member under the embedded type's Go name is unknown.
+func TestEmbeddedStructInlined(t *testing.T) {
+	var o outer
+	if err := Decode([]byte(`{"name":"a","path":"/p"}`), 1024, "doc", &o); err != nil || o.Name != "a" || o.Path != "/p" {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if err := Decode([]byte(`{"name":"a","opt":2,"path":"/p"}`), 1024, "doc", &o); err != nil || o.Opt != 2 {
+		t.Fatalf("%+v %v", o, err)
+	}
+	for _, bad := range []string{`{"path":"/p"}`, `{"name":"a"}`, `{"name":null,"path":"/p"}`, `{"Inner":{"name":"a"},"path":"/p"}`, `{"name":"a","path":"/p","x":1}`} {
+		if err := Decode([]byte(bad), 1024, "doc", &outer{}); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	b, err := Canonical(outer{Inner{Name: "a"}, "/p"})
+	if err != nil || string(b) != `{"name":"a","path":"/p"}` {
+		t.Fatalf("encoded %s %v", b, err)
+	}
+}

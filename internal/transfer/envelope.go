@@ -80,6 +80,7 @@ import (
 	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/pkgtree"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Schemas of the envelope and of its manifest.
@@ -149,7 +150,7 @@ type Package struct {
 	// Data holds each entry's bytes, in entry order; nil for a directory.
 	Data [][]byte
 	// Ext is the package's own parsed firstmate-extension.json.
-	Ext *manifest.Manifest
+	Ext *wire.Manifest
 }
 
 // Digest returns the transfer digest of a manifest: "sha256:" + SHA-256 of
@@ -346,10 +347,10 @@ func Open(data []byte) (*Package, error) {
 	if m.Schema != ManifestSchema {
 		return nil, errcode.New(errcode.SchemaInvalid, "%s: manifest schema must be %q", what, ManifestSchema)
 	}
-	if err := manifest.CheckID(m.ExtensionID); err != nil {
+	if err := wire.CheckID(m.ExtensionID); err != nil {
 		return nil, errcode.New(errcode.SchemaInvalid, "%s: manifest extension_%v", what, err)
 	}
-	if err := manifest.CheckVersion(m.ExtensionVersion); err != nil {
+	if err := wire.CheckVersion(m.ExtensionVersion); err != nil {
 		return nil, errcode.New(errcode.SchemaInvalid, "%s: manifest extension_%v", what, err)
 	}
 	for name, d := range map[string]string{"manifest.package_digest": m.PackageDigest, "manifest_sha256": env.ManifestSHA256} {
@@ -403,7 +404,7 @@ func Open(data []byte) (*Package, error) {
 		return nil, err
 	}
 	if pm.ID != m.ExtensionID || pm.Version != m.ExtensionVersion {
-		return nil, errcode.New(errcode.IntegrityMismatch, "%s: names %s@%s but the package's %s names %s@%s", what, m.ExtensionID, m.ExtensionVersion, manifest.File, pm.ID, pm.Version)
+		return nil, errcode.New(errcode.IntegrityMismatch, "%s: names %s@%s but the package's %s names %s@%s", what, m.ExtensionID, m.ExtensionVersion, wire.ManifestFile, pm.ID, pm.Version)
 	}
 	if err := checkEntrypoint(m.Entries, pm.Entrypoint); err != nil {
 		return nil, err
@@ -539,13 +540,13 @@ func decodePayload(e *Entry, payload *string) ([]byte, error) {
 }
 
 // packageManifest parses the package's own manifest file from the entries.
-func packageManifest(entries []Entry, data [][]byte) (*manifest.Manifest, error) {
+func packageManifest(entries []Entry, data [][]byte) (*wire.Manifest, error) {
 	for i, e := range entries {
-		if e.Path == manifest.File && e.Type == TypeFile {
-			return manifest.Parse(data[i], "transferred "+manifest.File)
+		if e.Path == wire.ManifestFile && e.Type == TypeFile {
+			return manifest.Parse(data[i], "transferred "+wire.ManifestFile)
 		}
 	}
-	return nil, errcode.New(errcode.ManifestMissing, "transfer has no %s file at the package root", manifest.File)
+	return nil, errcode.New(errcode.ManifestMissing, "transfer has no %s file at the package root", wire.ManifestFile)
 }
 
 // checkEntrypoint requires the manifest's entrypoint to be an executable

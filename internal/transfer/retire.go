@@ -12,10 +12,10 @@ import (
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/lifecycle"
-	"firstmate.dev/fm/internal/manifest"
 	"firstmate.dev/fm/internal/pkgtree"
 	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Retired is the outcome of a successful Retire.
@@ -61,7 +61,7 @@ type Retired struct {
 // retirement-partial: the pieces no longer form one identity and are left
 // for the operator. Neither is binding-missing.
 func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest string) (*Retired, error) {
-	if err := manifest.CheckID(id); err != nil {
+	if err := wire.CheckID(id); err != nil {
 		return nil, errcode.New(errcode.Usage, "extension %v", err)
 	}
 	if !binding.CheckDigest(transferDigest) {
@@ -214,9 +214,9 @@ func loadUnit(dir, id, digest string) (*unit, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, ok := pkgtree.FileSHA256(tree, manifest.File)
+	ms, ok := pkgtree.FileSHA256(tree, wire.ManifestFile)
 	if !ok {
-		return nil, errcode.New(errcode.ManifestMissing, "staged package %s has no %s", filepath.Join(dir, PackageDir), manifest.File)
+		return nil, errcode.New(errcode.ManifestMissing, "staged package %s has no %s", filepath.Join(dir, PackageDir), wire.ManifestFile)
 	}
 	return &unit{dir: dir, id: id, version: version, packageDigest: m.PackageDigest, manifestSHA256: ms}, nil
 }

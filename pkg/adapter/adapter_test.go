@@ -9,10 +9,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json/jsontext"
-
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // fake is a Handler whose behaviour each test sets.
@@ -37,7 +36,7 @@ func newFake() *fake {
 func (f *fake) Identity() adapter.Identity { return f.id }
 
 func (f *fake) Poll(ctx context.Context, call *adapter.Call, in adapter.PollInput) (adapter.PollResult, error) {
-	f.calls = append(f.calls, adapter.OpPoll)
+	f.calls = append(f.calls, wire.OpPoll)
 	f.lastCall = call
 	if f.poll != nil {
 		return f.poll(ctx, call, in)
@@ -46,7 +45,7 @@ func (f *fake) Poll(ctx context.Context, call *adapter.Call, in adapter.PollInpu
 }
 
 func (f *fake) Classify(ctx context.Context, call *adapter.Call, in adapter.ResultInput) (adapter.ClassifyResult, error) {
-	f.calls = append(f.calls, adapter.OpClassify)
+	f.calls = append(f.calls, wire.OpClassify)
 	f.lastCall = call
 	if f.classify != nil {
 		return f.classify(ctx, call, in)
@@ -55,7 +54,7 @@ func (f *fake) Classify(ctx context.Context, call *adapter.Call, in adapter.Resu
 }
 
 func (f *fake) Terminal(ctx context.Context, call *adapter.Call, in adapter.ResultInput) (adapter.BoolResult, error) {
-	f.calls = append(f.calls, adapter.OpTerminal)
+	f.calls = append(f.calls, wire.OpTerminal)
 	f.lastCall = call
 	if f.terminal != nil {
 		return f.terminal(ctx, call, in)
@@ -64,7 +63,7 @@ func (f *fake) Terminal(ctx context.Context, call *adapter.Call, in adapter.Resu
 }
 
 func (f *fake) Silent(ctx context.Context, call *adapter.Call, in adapter.ResultInput) (adapter.BoolResult, error) {
-	f.calls = append(f.calls, adapter.OpSilent)
+	f.calls = append(f.calls, wire.OpSilent)
 	f.lastCall = call
 	if f.silent != nil {
 		return f.silent(ctx, call, in)
@@ -80,7 +79,7 @@ var (
 // encode returns the canonical JSON of v.
 func encode(t *testing.T, v any) []byte {
 	t.Helper()
-	b, err := adapter.Canonical(v)
+	b, err := wire.Canonical(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +138,8 @@ func TestHandshakeAnswersRequestedSubset(t *testing.T) {
 		if resp == nil {
 			t.Fatalf("subset %v refused", names)
 		}
-		want := adapter.HandshakeResponse{
-			Schema:            adapter.HandshakeResponseSchema,
+		want := wire.HandshakeResponse{
+			Schema:            wire.HandshakeResponseSchema,
 			RequestID:         req.RequestID,
 			ExtensionID:       "org.example.fake",
 			ExtensionVersion:  "1.2.3-rc.1+build.5",
@@ -157,23 +156,23 @@ func TestHandshakeAnswersRequestedSubset(t *testing.T) {
 
 func TestHandshakeRefusals(t *testing.T) {
 	h := adaptertest.New(t, newFake())
-	cases := map[string]func(r *adapter.HandshakeRequest){
-		"adapter not declared":             func(r *adapter.HandshakeRequest) { r.Capability.AdapterNames = []string{"alpha", "delta"} },
-		"empty subset":                     func(r *adapter.HandshakeRequest) { r.Capability.AdapterNames = []string{} },
-		"duplicate adapter":                func(r *adapter.HandshakeRequest) { r.Capability.AdapterNames = []string{"alpha", "alpha"} },
-		"invalid adapter name":             func(r *adapter.HandshakeRequest) { r.Capability.AdapterNames = []string{"Alpha"} },
-		"host protocol 1 not offered":      func(r *adapter.HandshakeRequest) { r.HostProtocols = []int{2} },
-		"host protocols empty":             func(r *adapter.HandshakeRequest) { r.HostProtocols = []int{} },
-		"host protocol duplicate":          func(r *adapter.HandshakeRequest) { r.HostProtocols = []int{1, 1} },
-		"host protocol zero":               func(r *adapter.HandshakeRequest) { r.HostProtocols = []int{0, 1} },
-		"capability version 1 not offered": func(r *adapter.HandshakeRequest) { r.Capability.Versions = []int{2} },
-		"other capability":                 func(r *adapter.HandshakeRequest) { r.Capability.Name = "lifecycle-sink" },
-		"other extension id":               func(r *adapter.HandshakeRequest) { r.ExtensionID = "org.example.other" },
-		"other extension version":          func(r *adapter.HandshakeRequest) { r.ExtensionVersion = "1.2.4" },
-		"wrong schema":                     func(r *adapter.HandshakeRequest) { r.Schema = adapter.RequestSchema },
-		"upper-case request id":            func(r *adapter.HandshakeRequest) { r.RequestID = strings.ToUpper(r.RequestID) },
-		"short request id":                 func(r *adapter.HandshakeRequest) { r.RequestID = r.RequestID[:70] },
-		"bad package digest":               func(r *adapter.HandshakeRequest) { r.PackageDigest = "sha256:xyz" },
+	cases := map[string]func(r *wire.HandshakeRequest){
+		"adapter not declared":             func(r *wire.HandshakeRequest) { r.Capability.AdapterNames = []string{"alpha", "delta"} },
+		"empty subset":                     func(r *wire.HandshakeRequest) { r.Capability.AdapterNames = []string{} },
+		"duplicate adapter":                func(r *wire.HandshakeRequest) { r.Capability.AdapterNames = []string{"alpha", "alpha"} },
+		"invalid adapter name":             func(r *wire.HandshakeRequest) { r.Capability.AdapterNames = []string{"Alpha"} },
+		"host protocol 1 not offered":      func(r *wire.HandshakeRequest) { r.HostProtocols = []int64{2} },
+		"host protocols empty":             func(r *wire.HandshakeRequest) { r.HostProtocols = []int64{} },
+		"host protocol duplicate":          func(r *wire.HandshakeRequest) { r.HostProtocols = []int64{1, 1} },
+		"host protocol zero":               func(r *wire.HandshakeRequest) { r.HostProtocols = []int64{0, 1} },
+		"capability version 1 not offered": func(r *wire.HandshakeRequest) { r.Capability.Versions = []int64{2} },
+		"other capability":                 func(r *wire.HandshakeRequest) { r.Capability.Name = "lifecycle-sink" },
+		"other extension id":               func(r *wire.HandshakeRequest) { r.ExtensionID = "org.example.other" },
+		"other extension version":          func(r *wire.HandshakeRequest) { r.ExtensionVersion = "1.2.4" },
+		"wrong schema":                     func(r *wire.HandshakeRequest) { r.Schema = wire.RequestSchema },
+		"upper-case request id":            func(r *wire.HandshakeRequest) { r.RequestID = strings.ToUpper(r.RequestID) },
+		"short request id":                 func(r *wire.HandshakeRequest) { r.RequestID = r.RequestID[:70] },
+		"bad package digest":               func(r *wire.HandshakeRequest) { r.PackageDigest = "sha256:xyz" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -193,8 +192,8 @@ func TestHandshakeRefusals(t *testing.T) {
 func TestHandshakeAcceptsFutureOffers(t *testing.T) {
 	h := adaptertest.New(t, newFake())
 	req := h.HandshakeRequest("alpha")
-	req.HostProtocols = []int{2, 1}
-	req.Capability.Versions = []int{3, 1}
+	req.HostProtocols = []int64{2, 1}
+	req.Capability.Versions = []int64{3, 1}
 	resp, out := h.Handshake(req)
 	if resp == nil {
 		t.Fatalf("refused: %s", out.Stderr)
@@ -234,7 +233,7 @@ func TestValidRawEnvelopes(t *testing.T) {
 // on stdout, non-zero exit, for both verbs.
 // [EX-2] the SDK's Serve: verb dispatch, strict stdin, bounds, error codes.
 func TestMalformedStdinUnanswerable(t *testing.T) {
-	big := validInvoke + strings.Repeat(" ", adapter.MaxEnvelopeBytes-len(validInvoke)+1)
+	big := validInvoke + strings.Repeat(" ", wire.MaxEnvelopeBytes-len(validInvoke)+1)
 	cases := map[string]string{
 		"empty":                 "",
 		"whitespace only":       " \n",
@@ -321,13 +320,13 @@ func TestMalformedEnvelopeAnswered(t *testing.T) {
 
 func TestEnvelopeBoundExact(t *testing.T) {
 	h := adaptertest.New(t, newFake())
-	exact := validInvoke + strings.Repeat(" ", adapter.MaxEnvelopeBytes-len(validInvoke))
+	exact := validInvoke + strings.Repeat(" ", wire.MaxEnvelopeBytes-len(validInvoke))
 	resp, _ := h.InvokeRaw(rid, []byte(exact))
 	if !resp.OK {
-		t.Fatalf("a request of exactly %d bytes failed: %+v", adapter.MaxEnvelopeBytes, resp.Error)
+		t.Fatalf("a request of exactly %d bytes failed: %+v", wire.MaxEnvelopeBytes, resp.Error)
 	}
 	if out := h.Raw("invoke", []byte(exact+" ")); out.Exit != adapter.ExitFailure || len(out.Stdout) != 0 {
-		t.Fatalf("a request of %d bytes was answered", adapter.MaxEnvelopeBytes+1)
+		t.Fatalf("a request of %d bytes was answered", wire.MaxEnvelopeBytes+1)
 	}
 }
 
@@ -337,24 +336,24 @@ func TestInputValidation(t *testing.T) {
 		in any
 		ok bool
 	}{
-		"source id dot":           {adapter.OpPoll, adapter.PollInput{SourceID: ".hidden", ConfigRef: "x"}, false},
-		"source id slash":         {adapter.OpPoll, adapter.PollInput{SourceID: "a/b", ConfigRef: "x"}, false},
-		"source id empty":         {adapter.OpPoll, adapter.PollInput{SourceID: "", ConfigRef: "x"}, false},
-		"source id 64":            {adapter.OpPoll, adapter.PollInput{SourceID: strings.Repeat("a", 64), ConfigRef: "x"}, true},
-		"source id 65":            {adapter.OpPoll, adapter.PollInput{SourceID: strings.Repeat("a", 65), ConfigRef: "x"}, false},
-		"source id chars":         {adapter.OpPoll, adapter.PollInput{SourceID: "A-z_0.9", ConfigRef: "x"}, true},
-		"config ref empty":        {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: ""}, false},
-		"config ref 512":          {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: strings.Repeat("é", 256)}, true},
-		"config ref 513":          {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: strings.Repeat("x", 513)}, false},
-		"config ref newline":      {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\nb"}, false},
-		"config ref tab":          {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\tb"}, false},
-		"config ref c1 control":   {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\u0085b"}, false},
-		"config ref del":          {adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\x7fb"}, false},
-		"sequence zero":           {adapter.OpClassify, adapter.ResultInput{SourceID: "s", Sequence: 0, Content: "x"}, false},
-		"sequence negative":       {adapter.OpTerminal, adapter.ResultInput{SourceID: "s", Sequence: -1, Content: "x"}, false},
-		"content exactly bound":   {adapter.OpSilent, adapter.ResultInput{SourceID: "s", Sequence: 1, Content: strings.Repeat("x", 32768)}, true},
-		"content over bound":      {adapter.OpSilent, adapter.ResultInput{SourceID: "s", Sequence: 1, Content: strings.Repeat("x", 32769)}, false},
-		"poll input for classify": {adapter.OpClassify, adapter.PollInput{SourceID: "s", ConfigRef: "x"}, false},
+		"source id dot":           {wire.OpPoll, adapter.PollInput{SourceID: ".hidden", ConfigRef: "x"}, false},
+		"source id slash":         {wire.OpPoll, adapter.PollInput{SourceID: "a/b", ConfigRef: "x"}, false},
+		"source id empty":         {wire.OpPoll, adapter.PollInput{SourceID: "", ConfigRef: "x"}, false},
+		"source id 64":            {wire.OpPoll, adapter.PollInput{SourceID: strings.Repeat("a", 64), ConfigRef: "x"}, true},
+		"source id 65":            {wire.OpPoll, adapter.PollInput{SourceID: strings.Repeat("a", 65), ConfigRef: "x"}, false},
+		"source id chars":         {wire.OpPoll, adapter.PollInput{SourceID: "A-z_0.9", ConfigRef: "x"}, true},
+		"config ref empty":        {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: ""}, false},
+		"config ref 512":          {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: strings.Repeat("é", 256)}, true},
+		"config ref 513":          {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: strings.Repeat("x", 513)}, false},
+		"config ref newline":      {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\nb"}, false},
+		"config ref tab":          {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\tb"}, false},
+		"config ref c1 control":   {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\u0085b"}, false},
+		"config ref del":          {wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "a\x7fb"}, false},
+		"sequence zero":           {wire.OpClassify, adapter.ResultInput{SourceID: "s", Sequence: 0, Content: "x"}, false},
+		"sequence negative":       {wire.OpTerminal, adapter.ResultInput{SourceID: "s", Sequence: -1, Content: "x"}, false},
+		"content exactly bound":   {wire.OpSilent, adapter.ResultInput{SourceID: "s", Sequence: 1, Content: strings.Repeat("x", 32768)}, true},
+		"content over bound":      {wire.OpSilent, adapter.ResultInput{SourceID: "s", Sequence: 1, Content: strings.Repeat("x", 32769)}, false},
+		"poll input for classify": {wire.OpClassify, adapter.PollInput{SourceID: "s", ConfigRef: "x"}, false},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -382,7 +381,7 @@ func TestOperationsRouteToHandler(t *testing.T) {
 		t.Fatalf("poll: %+v %+v", res, fail)
 	}
 	c := f.lastCall
-	if c.RequestID != id || c.Adapter != "beta-2" || c.Operation != adapter.OpPoll ||
+	if c.RequestID != id || c.Adapter != "beta-2" || c.Operation != wire.OpPoll ||
 		c.ExtensionID != "org.example.fake" || c.ExtensionVersion != "1.2.3-rc.1+build.5" ||
 		c.PackageDigest != h.PackageDigest || c.Env != h.Env || c.Env.StateDir == "" {
 		t.Fatalf("call %+v", *c)
@@ -400,7 +399,7 @@ func TestOperationsRouteToHandler(t *testing.T) {
 	if fail != nil || sil {
 		t.Fatalf("silent: %v %+v", sil, fail)
 	}
-	want := []string{adapter.OpPoll, adapter.OpClassify, adapter.OpTerminal, adapter.OpSilent}
+	want := []string{wire.OpPoll, wire.OpClassify, wire.OpTerminal, wire.OpSilent}
 	if fmt.Sprint(f.calls) != fmt.Sprint(want) {
 		t.Fatalf("calls %v, want %v", f.calls, want)
 	}
@@ -422,10 +421,10 @@ func TestOperationsRouteToHandler(t *testing.T) {
 func TestRequestIDEchoAndCanonicalOutput(t *testing.T) {
 	f := newFake()
 	h := adaptertest.New(t, f)
-	for _, mk := range []func() *adapter.Request{
-		func() *adapter.Request { return h.Request("alpha", adapter.OpPoll, pollIn) },
-		func() *adapter.Request { return h.Request("alpha", adapter.OpClassify, resultIn) },
-		func() *adapter.Request { return h.Request("nope", adapter.OpClassify, resultIn) }, // ok=false
+	for _, mk := range []func() *wire.Request{
+		func() *wire.Request { return h.Request("alpha", wire.OpPoll, pollIn) },
+		func() *wire.Request { return h.Request("alpha", wire.OpClassify, resultIn) },
+		func() *wire.Request { return h.Request("nope", wire.OpClassify, resultIn) }, // ok=false
 	} {
 		req := mk()
 		resp, out := h.Invoke(req)
@@ -440,13 +439,13 @@ func TestRequestIDEchoAndCanonicalOutput(t *testing.T) {
 		}
 	}
 	// Exact bytes of a canonical error response.
-	req := h.Request("nope", adapter.OpClassify, resultIn)
+	req := h.Request("nope", wire.OpClassify, resultIn)
 	_, out := h.Invoke(req)
 	want := `{"error":{"code":"incompatible","diagnostic":"request: adapter \"nope\" is not provided by this package","retryable":false},"ok":false,"request_id":"` + req.RequestID + `","result":null,"schema":"firstmate.extension-response.v1"}`
 	if string(out.Stdout) != want {
 		t.Fatalf("stdout\n%s\nwant\n%s", out.Stdout, want)
 	}
-	req = h.Request("alpha", adapter.OpTerminal, resultIn)
+	req = h.Request("alpha", wire.OpTerminal, resultIn)
 	_, out = h.Invoke(req)
 	want = `{"error":null,"ok":true,"request_id":"` + req.RequestID + `","result":{"value":true},"schema":"firstmate.extension-response.v1"}`
 	if string(out.Stdout) != want {
@@ -464,10 +463,10 @@ func TestPollResultBounds(t *testing.T) {
 		"32768 multibyte": {adapter.Output(strings.Repeat("€", 32768/3) + "xx"), true},
 		"32769":           {adapter.Output(strings.Repeat("x", 32769)), false},
 		// [INV-4] [OP-1] the escaped bound, so that verdict requests carry it
-		"quotes at the escaped bound":        {adapter.Output(strings.Repeat(`"`, adapter.MaxEscapedOutputBytes/2)), true},
-		"one quote beyond the escaped bound": {adapter.Output(strings.Repeat(`"`, adapter.MaxEscapedOutputBytes/2+1)), false},
-		"controls at the escaped bound":      {adapter.Output(strings.Repeat("\x1b", adapter.MaxEscapedOutputBytes/6)), true},
-		"one control beyond":                 {adapter.Output(strings.Repeat("\x1b", adapter.MaxEscapedOutputBytes/6+1)), false},
+		"quotes at the escaped bound":        {adapter.Output(strings.Repeat(`"`, wire.MaxEscapedOutputBytes/2)), true},
+		"one quote beyond the escaped bound": {adapter.Output(strings.Repeat(`"`, wire.MaxEscapedOutputBytes/2+1)), false},
+		"controls at the escaped bound":      {adapter.Output(strings.Repeat("\x1b", wire.MaxEscapedOutputBytes/6)), true},
+		"one control beyond":                 {adapter.Output(strings.Repeat("\x1b", wire.MaxEscapedOutputBytes/6+1)), false},
 		"empty result":                       {adapter.Output(""), false},
 		"invalid utf-8":                      {adapter.Output("a\xffb"), false},
 		"no-result output":                   {adapter.PollResult{Status: "no-result", Output: "x"}, false},
@@ -506,8 +505,8 @@ func TestOversizeResponseBecomesInternal(t *testing.T) {
 				return adapter.Output(output), nil
 			}
 			h := adaptertest.New(t, f)
-			resp, out := h.Invoke(h.Request("alpha", adapter.OpPoll, pollIn))
-			if resp.OK || resp.Error.Code != adapter.Internal || len(out.Stdout) > adapter.MaxEnvelopeBytes {
+			resp, out := h.Invoke(h.Request("alpha", wire.OpPoll, pollIn))
+			if resp.OK || resp.Error.Code != adapter.Internal || len(out.Stdout) > wire.MaxEnvelopeBytes {
 				t.Fatalf("ok=%v error %+v, %d bytes", resp.OK, resp.Error, len(out.Stdout))
 			}
 		})
@@ -526,12 +525,12 @@ func TestClassificationRule(t *testing.T) {
 	good := []string{"a", "file-signal", "dir.signal", "x_y", "a1.b2-c3_d4", "0", strings.Repeat("a", 64)}
 	bad := []string{"", "A", "File", "a b", "-a", "a-", ".a", "a..b", "a-.b", "a/b", "é", "a\n", strings.Repeat("a", 65)}
 	for _, s := range good {
-		if !adapter.ValidClassification(s) {
+		if !wire.ValidClassification(s) {
 			t.Errorf("%q refused", s)
 		}
 	}
 	for _, s := range bad {
-		if adapter.ValidClassification(s) {
+		if wire.ValidClassification(s) {
 			t.Errorf("%q accepted", s)
 		}
 	}
@@ -541,7 +540,7 @@ func TestClassificationRule(t *testing.T) {
 			return adapter.ClassifyResult{Classification: s}, nil
 		}
 		res, fail := adaptertest.New(t, f).Classify("alpha", resultIn)
-		if adapter.ValidClassification(s) != (fail == nil) || (fail == nil && res.Classification != s) {
+		if wire.ValidClassification(s) != (fail == nil) || (fail == nil && res.Classification != s) {
 			t.Errorf("classification %q: result %+v fail %+v", s, res, fail)
 		}
 		if fail != nil && fail.Code != adapter.Internal {
@@ -638,7 +637,7 @@ func TestDiagnosticTruncation(t *testing.T) {
 
 func checkDiagnostic(t *testing.T, d string) {
 	t.Helper()
-	if len(d) < 1 || len(d) > adapter.MaxDiagnosticBytes || !utf8.ValidString(d) {
+	if len(d) < 1 || len(d) > wire.MaxDiagnosticBytes || !utf8.ValidString(d) {
 		t.Fatalf("diagnostic %q is not 1..512 bytes of utf-8", d)
 	}
 	for _, r := range d {
@@ -674,10 +673,13 @@ func FuzzInvoke(f *testing.F) {
 			switch code {
 			case adapter.ExitOK:
 				if verb == "invoke" {
-					if _, err := adapter.DecodeResponse(stdout.Bytes()); err != nil {
+					id, _ := wire.PeekRequestID(stdin)
+					if _, err := adaptertest.DecodeResponse(id, stdout.Bytes()); err != nil {
 						t.Fatalf("invalid response: %v", err)
 					}
-				} else if _, err := adapter.DecodeHandshakeResponse(stdout.Bytes()); err != nil {
+				} else if req, err := wire.DecodeHandshakeRequest(stdin); err != nil {
+					t.Fatalf("answered an invalid handshake request: %v", err)
+				} else if _, err := adaptertest.DecodeHandshakeResponse(req, stdout.Bytes()); err != nil {
 					t.Fatalf("invalid handshake response: %v", err)
 				}
 			case adapter.ExitFailure:
@@ -700,7 +702,7 @@ func TestLogBudget(t *testing.T) {
 		return adapter.NoResult(), nil
 	}
 	h := adaptertest.New(t, f)
-	_, out := h.Invoke(h.Request("alpha", adapter.OpPoll, pollIn))
+	_, out := h.Invoke(h.Request("alpha", wire.OpPoll, pollIn))
 	if len(out.Stderr) > adapter.LogBudget || len(out.Stderr) < adapter.LogBudget-200 {
 		t.Fatalf("%d bytes of stderr, want about %d", len(out.Stderr), adapter.LogBudget)
 	}
@@ -727,7 +729,7 @@ func TestContextReachesHandler(t *testing.T) {
 
 func TestDecodeResponseStrict(t *testing.T) {
 	ok := `{"error":null,"ok":true,"request_id":"` + rid + `","result":{"value":true},"schema":"firstmate.extension-response.v1"}`
-	if _, err := adapter.DecodeResponse([]byte(ok)); err != nil {
+	if _, err := adaptertest.DecodeResponse(rid, []byte(ok)); err != nil {
 		t.Fatal(err)
 	}
 	for name, doc := range map[string]string{
@@ -739,14 +741,14 @@ func TestDecodeResponseStrict(t *testing.T) {
 		"missing error":      strings.Replace(ok, `"error":null,`, ``, 1),
 		"extra key":          strings.Replace(ok, `"ok":true`, `"ok":true,"x":1`, 1),
 	} {
-		if _, err := adapter.DecodeResponse([]byte(doc)); err == nil {
+		if _, err := adaptertest.DecodeResponse(rid, []byte(doc)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := adapter.DecodePollResult(jsontext.Value(`{"status":"result","output":"x","extra":1}`)); err == nil {
+	if _, err := adaptertest.DecodePollResult([]byte(`{"status":"result","output":"x","extra":1}`)); err == nil {
 		t.Error("poll result with an extra key accepted")
 	}
-	if _, err := adapter.DecodePollResult(jsontext.Value(`{"status":"result"}`)); err == nil {
+	if _, err := adaptertest.DecodePollResult([]byte(`{"status":"result"}`)); err == nil {
 		t.Error("poll result with a missing key accepted")
 	}
 }

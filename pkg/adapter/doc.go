@@ -13,6 +13,12 @@
 // protocol for authors in any language; clause ids such as [RID-1] in this
 // documentation ("spec [RID-1]") are defined in its docs/spec.md.
 //
+// The protocol itself (the manifest and envelope types, schema strings,
+// bounds, format rules, strict decoding) is defined once, in package wire,
+// which the host imports too; its documentation lists those rules. This
+// package re-exports the wire types a Handler sees (PollInput, PollResult,
+// Code, Error, …), so an adapter needs no other import.
+//
 // # What you implement
 //
 // A Handler declares its Identity (the manifest's id, version and adapter
@@ -31,7 +37,7 @@
 // Classify, Terminal and Silent receive the captured result's content (at most
 // 32,768 bytes). A captured result is either an output of your Poll or, when
 // a poll failed, a one-line firstmate.process-event-extension-error.v1
-// document written by the host. A failure of Terminal or Silent counts as
+// document written by the host (wire.Evidence). A failure of Terminal or Silent counts as
 // false.
 //
 // Every method gets a *Call: the request id, the adapter name (one package

@@ -4,7 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"firstmate.dev/fm/pkg/adapter"
+	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 const goodManifest = `{
@@ -21,11 +22,11 @@ const goodManifest = `{
 `
 
 func TestManifest(t *testing.T) {
-	m, err := adapter.DecodeManifest([]byte(goodManifest))
+	m, err := wire.DecodeManifest([]byte(goodManifest))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.CheckIdentity(newFake().Identity()); err != nil {
+	if err := adaptertest.CheckIdentity(m, newFake().Identity()); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]string{
@@ -47,22 +48,22 @@ func TestManifest(t *testing.T) {
 		"duplicate key":     strings.Replace(goodManifest, `"id": "org.example.fake",`, `"id": "org.example.fake", "id": "org.example.fake",`, 1),
 	}
 	for name, doc := range bad {
-		if _, err := adapter.DecodeManifest([]byte(doc)); err == nil {
+		if _, err := wire.DecodeManifest([]byte(doc)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	f := newFake()
 	f.id.AdapterNames = []string{"alpha"}
-	if err := m.CheckIdentity(f.Identity()); err == nil {
+	if err := adaptertest.CheckIdentity(m, f.Identity()); err == nil {
 		t.Error("adapter set mismatch accepted")
 	}
 	f = newFake()
 	f.id.ExtensionVersion = "1.2.3"
-	if err := m.CheckIdentity(f.Identity()); err == nil {
+	if err := adaptertest.CheckIdentity(m, f.Identity()); err == nil {
 		t.Error("version mismatch accepted")
 	}
-	m2, _ := adapter.DecodeManifest([]byte(strings.Replace(goodManifest, `"host_protocols": [1]`, `"host_protocols": [2]`, 1)))
-	if err := m2.CheckIdentity(newFake().Identity()); err == nil {
+	m2, _ := wire.DecodeManifest([]byte(strings.Replace(goodManifest, `"host_protocols": [1]`, `"host_protocols": [2]`, 1)))
+	if err := adaptertest.CheckIdentity(m2, newFake().Identity()); err == nil {
 		t.Error("manifest without host protocol 1 accepted")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // outsideMain is the smallest adapter an author outside this repository
@@ -107,7 +108,7 @@ func TestOutsideModuleBuildsOffline(t *testing.T) {
 
 	h := adaptertest.New(t, quietTick{})
 	req := h.HandshakeRequest()
-	data, err := adapter.Canonical(req)
+	data, err := wire.Canonical(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +118,8 @@ func TestOutsideModuleBuildsOffline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tick handshake: %v", err)
 	}
-	resp, err := adapter.DecodeHandshakeResponse(stdout)
+	_, err = adaptertest.DecodeHandshakeResponse(req, stdout)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := adapter.CheckHandshake(req, resp); err != nil {
 		t.Fatal(err)
 	}
 }

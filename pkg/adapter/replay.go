@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // ReplaySchema is the schema string of a Replay record file.
@@ -104,8 +105,8 @@ func (c *Call) Replay() (*Replay, error) {
 func (r *Replay) Dir() string { return r.dir }
 
 func (r *Replay) path(sourceID string) (string, error) {
-	if !ValidSourceID(sourceID) {
-		return "", fmt.Errorf("replay: source id %q is not valid", clip(sourceID, 64))
+	if !wire.ValidSourceID(sourceID) {
+		return "", fmt.Errorf("replay: source id %q is not valid", wire.Clip(sourceID, 64))
 	}
 	return filepath.Join(r.dir, sourceID+".json"), nil
 }
@@ -120,7 +121,7 @@ func (r *Replay) Load(sourceID, requestID string) (rec ReplayRecord, ok bool, er
 	}
 	var data []byte
 	err = r.at(func(d *os.File) (err error) {
-		data, err = fsutil.ReadPrivateAt(d, filepath.Base(p), 2*MaxEnvelopeBytes)
+		data, err = fsutil.ReadPrivateAt(d, filepath.Base(p), 2*wire.MaxEnvelopeBytes)
 		return err
 	})
 	if errors.Is(err, fs.ErrNotExist) {
@@ -130,11 +131,11 @@ func (r *Replay) Load(sourceID, requestID string) (rec ReplayRecord, ok bool, er
 		return ReplayRecord{}, false, err
 	}
 	var f replayFile
-	if err := decodeStrict(data, 2*MaxEnvelopeBytes, "replay record", &f); err != nil {
+	if err := wire.Decode(data, 2*wire.MaxEnvelopeBytes, "replay record", &f); err != nil {
 		return ReplayRecord{}, false, fmt.Errorf("replay: %s: %v", p, errMessageOf(err))
 	}
-	if f.Schema != ReplaySchema || f.SourceID != sourceID || !ValidRequestID(f.RequestID) ||
-		f.Result.Status != StatusResult || f.Result.Validate() != nil || len(f.Key) > maxReplayKeyBytes {
+	if f.Schema != ReplaySchema || f.SourceID != sourceID || !wire.ValidRequestID(f.RequestID) ||
+		f.Result.Status != wire.StatusResult || f.Result.Validate() != nil || len(f.Key) > maxReplayKeyBytes {
 		return ReplayRecord{}, false, fmt.Errorf("replay: %s: not a valid replay record", p)
 	}
 	if f.RequestID != requestID {
@@ -151,11 +152,11 @@ func (r *Replay) Store(rec ReplayRecord) error {
 	if _, err := r.path(rec.SourceID); err != nil {
 		return err
 	}
-	if !ValidRequestID(rec.RequestID) {
+	if !wire.ValidRequestID(rec.RequestID) {
 		return fmt.Errorf("replay: request id is not sha256:<64 lowercase hex>")
 	}
-	if rec.Result.Status != StatusResult {
-		return fmt.Errorf("replay: only status %q answers are stored", StatusResult)
+	if rec.Result.Status != wire.StatusResult {
+		return fmt.Errorf("replay: only status %q answers are stored", wire.StatusResult)
 	}
 	if err := rec.Result.Validate(); err != nil {
 		return fmt.Errorf("replay: %v", errMessageOf(err))
@@ -163,7 +164,7 @@ func (r *Replay) Store(rec ReplayRecord) error {
 	if len(rec.Key) > maxReplayKeyBytes {
 		return fmt.Errorf("replay: key is larger than %d bytes", maxReplayKeyBytes)
 	}
-	data, err := Canonical(replayFile{Schema: ReplaySchema, RequestID: rec.RequestID, SourceID: rec.SourceID, Result: rec.Result, Key: rec.Key})
+	data, err := wire.Canonical(replayFile{Schema: ReplaySchema, RequestID: rec.RequestID, SourceID: rec.SourceID, Result: rec.Result, Key: rec.Key})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -199,7 +200,7 @@ func (r *Replay) Poll(call *Call, in PollInput, poll func() (PollResult, error))
 		return rec.Result, nil
 	}
 	res, err := poll()
-	if err != nil || res.Status != StatusResult || res.Validate() != nil {
+	if err != nil || res.Status != wire.StatusResult || res.Validate() != nil {
 		return res, err
 	}
 	if err := r.Store(ReplayRecord{RequestID: call.RequestID, SourceID: in.SourceID, Result: res}); err != nil {

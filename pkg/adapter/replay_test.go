@@ -9,6 +9,7 @@ import (
 
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // counter is a source of events: each poll consumes the next one.
@@ -83,7 +84,7 @@ func TestReplayDoesNotStoreNoResultOrErrors(t *testing.T) {
 	c := &counter{empty: true}
 	h := adaptertest.New(t, replayFake(c))
 	id := adaptertest.NewRequestID()
-	if res, _ := h.PollID(id, "alpha", pollIn); res.Status != adapter.StatusNoResult {
+	if res, _ := h.PollID(id, "alpha", pollIn); res.Status != wire.StatusNoResult {
 		t.Fatalf("%+v", res)
 	}
 	c.empty, c.failed = false, true

@@ -9,9 +9,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/go-json-experiment/json/jsontext"
-
-	"firstmate.dev/fm/internal/manifest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Handler is what an adapter author implements: the package's identity and
@@ -55,13 +53,13 @@ type Identity struct {
 // Validate checks the identity's formats: a valid id and SemVer version, and
 // a non-empty, duplicate-free list of valid adapter names.
 func (id Identity) Validate() error {
-	if err := manifest.CheckID(id.ExtensionID); err != nil {
+	if err := wire.CheckID(id.ExtensionID); err != nil {
 		return fmt.Errorf("identity: extension %v", err)
 	}
-	if err := manifest.CheckVersion(id.ExtensionVersion); err != nil {
+	if err := wire.CheckVersion(id.ExtensionVersion); err != nil {
 		return fmt.Errorf("identity: extension %v", err)
 	}
-	if err := manifest.CheckAdapterNames(id.AdapterNames); err != nil {
+	if err := wire.CheckAdapterNames(id.AdapterNames); err != nil {
 		return fmt.Errorf("identity: %v", err)
 	}
 	return nil
@@ -94,7 +92,7 @@ type Call struct {
 	RequestID string
 	// Adapter is the adapter this request is for (one of the enabled names).
 	Adapter string
-	// Operation is one of OpPoll, OpClassify, OpTerminal, OpSilent.
+	// Operation is one of wire.OpPoll, OpClassify, OpTerminal, OpSilent.
 	Operation string
 	// ExtensionID, ExtensionVersion and PackageDigest are the bound identity.
 	ExtensionID      string
@@ -135,11 +133,11 @@ func (l *logWriter) printf(format string, args ...any) {
 	if l.w == nil || l.cut {
 		return
 	}
-	line := sanitize(fmt.Sprintf(format, args...)) + "\n"
+	line := wire.Sanitize(fmt.Sprintf(format, args...)) + "\n"
 	room := l.left - len(logCutMarker)
 	if len(line) > room {
 		if room > 1 {
-			io.WriteString(l.w, truncateUTF8(line, room-1)+"\n")
+			io.WriteString(l.w, wire.Truncate(line, room-1)+"\n")
 		}
 		io.WriteString(l.w, logCutMarker)
 		l.left = 0
@@ -215,7 +213,7 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 		prog = args[0]
 	}
 	if len(args) != 2 || (args[1] != "handshake" && args[1] != "invoke") {
-		fmt.Fprintf(stderr, usageText, sanitize(prog))
+		fmt.Fprintf(stderr, usageText, wire.Sanitize(prog))
 		return ExitUsage
 	}
 	stdout, restore := guardStdout(stdout)
@@ -230,7 +228,7 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 		log.printf("adapter: handler %v", err)
 		return ExitFailure
 	}
-	data, err := readEnvelope(stdin, MaxEnvelopeBytes)
+	data, err := wire.Read(stdin, wire.MaxEnvelopeBytes, "stdin")
 	if err != nil {
 		log.printf("adapter: %s refused: %v", args[1], errMessageOf(err))
 		return ExitFailure
@@ -242,17 +240,17 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 			log.printf("adapter: handshake refused: %v", errMessageOf(err))
 			return ExitFailure
 		}
-		out, err = Canonical(resp)
+		out, err = wire.Canonical(resp)
 		if err != nil {
 			log.printf("adapter: handshake: %v", err)
 			return ExitFailure
 		}
 	} else {
-		if err := checkSyntax(data, "request"); err != nil {
+		if err := wire.CheckSyntax(data, "request"); err != nil {
 			log.printf("adapter: invoke refused: %v", errMessageOf(err))
 			return ExitFailure
 		}
-		reqID, ok := peekRequestID(data)
+		reqID, ok := wire.PeekRequestID(data)
 		if !ok {
 			log.printf("adapter: invoke refused: request: no well-formed request_id")
 			return ExitFailure
@@ -266,9 +264,10 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 	return ExitOK
 }
 
+// errMessageOf is err's message without the "<code>: " prefix of an *Error.
 func errMessageOf(err error) string {
 	if ae, ok := err.(*Error); ok {
-		return errMessage(ae)
+		return ae.Message()
 	}
 	return err.Error()
 }
@@ -277,33 +276,33 @@ func errMessageOf(err error) string {
 // when it cannot answer truthfully: the request's extension id or version is
 // not id's, or it enables an adapter id does not declare. The response's
 // adapter_names is exactly the requested subset, in request order.
-func AnswerHandshake(id Identity, req *HandshakeRequest) (*HandshakeResponse, error) {
+func AnswerHandshake(id Identity, req *wire.HandshakeRequest) (*wire.HandshakeResponse, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	if req.ExtensionID != id.ExtensionID || req.ExtensionVersion != id.ExtensionVersion {
-		return nil, errf(Incompatible, "handshake request: extension %s@%s is not this package (%s@%s)",
+		return nil, Errorf(Incompatible, false, "handshake request: extension %s@%s is not this package (%s@%s)",
 			req.ExtensionID, req.ExtensionVersion, id.ExtensionID, id.ExtensionVersion)
 	}
 	for _, n := range req.Capability.AdapterNames {
 		if !slices.Contains(id.AdapterNames, n) {
-			return nil, errf(Incompatible, "handshake request: adapter %q is not provided by this package", n)
+			return nil, Errorf(Incompatible, false, "handshake request: adapter %q is not provided by this package", n)
 		}
 	}
-	return &HandshakeResponse{
-		Schema:            HandshakeResponseSchema,
+	return &wire.HandshakeResponse{
+		Schema:            wire.HandshakeResponseSchema,
 		RequestID:         req.RequestID,
 		ExtensionID:       id.ExtensionID,
 		ExtensionVersion:  id.ExtensionVersion,
-		HostProtocol:      HostProtocol,
-		Capability:        CapabilityName,
-		CapabilityVersion: CapabilityVersion,
+		HostProtocol:      wire.HostProtocol,
+		Capability:        wire.CapabilityName,
+		CapabilityVersion: wire.CapabilityVersion,
 		AdapterNames:      slices.Clone(req.Capability.AdapterNames),
 	}, nil
 }
 
-func answerHandshake(id Identity, data []byte) (*HandshakeResponse, error) {
-	req, err := DecodeHandshakeRequest(data)
+func answerHandshake(id Identity, data []byte) (*wire.HandshakeResponse, error) {
+	req, err := wire.DecodeHandshakeRequest(data)
 	if err != nil {
 		return nil, err
 	}
@@ -311,21 +310,21 @@ func answerHandshake(id Identity, data []byte) (*HandshakeResponse, error) {
 }
 
 // respond builds the canonical response document for an invoke whose request
-// id is known. It never returns a document larger than MaxEnvelopeBytes.
+// id is known. It never returns a document larger than wire.MaxEnvelopeBytes.
 func respond(ctx context.Context, env Env, id Identity, h Handler, reqID string, data []byte, log *logWriter) []byte {
 	result, err := invoke(ctx, env, id, h, data, log)
-	var resp Response
+	var resp wire.Response
 	if err == nil {
-		resp = Response{Schema: ResponseSchema, RequestID: reqID, OK: true, Result: result}
+		resp = wire.Response{Schema: wire.ResponseSchema, RequestID: reqID, OK: true, Result: result}
 	} else {
 		resp = failure(reqID, ErrorBodyOf(err))
 	}
-	out, err := Canonical(resp)
-	if err == nil && len(out) > MaxEnvelopeBytes {
-		err = fmt.Errorf("response would be %d bytes, more than %d", len(out), MaxEnvelopeBytes)
+	out, err := wire.Canonical(resp)
+	if err == nil && len(out) > wire.MaxEnvelopeBytes {
+		err = fmt.Errorf("response would be %d bytes, more than %d", len(out), wire.MaxEnvelopeBytes)
 	}
 	if err != nil {
-		out, err = Canonical(failure(reqID, ErrorBody{Code: Internal, Diagnostic: Diagnostic(err.Error(), Internal)}))
+		out, err = wire.Canonical(failure(reqID, ErrorBody{Code: Internal, Diagnostic: Diagnostic(err.Error(), Internal)}))
 		if err != nil { // cannot happen: every field is ASCII and bounded
 			panic(err)
 		}
@@ -333,23 +332,23 @@ func respond(ctx context.Context, env Env, id Identity, h Handler, reqID string,
 	return out
 }
 
-func failure(reqID string, body ErrorBody) Response {
-	return Response{Schema: ResponseSchema, RequestID: reqID, OK: false, Result: jsontext.Value("null"), Error: &body}
+func failure(reqID string, body ErrorBody) wire.Response {
+	return wire.Response{Schema: wire.ResponseSchema, RequestID: reqID, OK: false, Result: []byte("null"), Error: &body}
 }
 
 // invoke validates the request, runs the handler method and returns the
 // encoded, validated result object.
 func invoke(ctx context.Context, env Env, id Identity, h Handler, data []byte, log *logWriter) (result []byte, err error) {
-	req, err := DecodeRequest(data)
+	req, err := wire.DecodeRequest(data)
 	if err != nil {
 		return nil, err
 	}
 	if req.ExtensionID != id.ExtensionID || req.ExtensionVersion != id.ExtensionVersion {
-		return nil, errf(Incompatible, "request: extension %s@%s is not this package (%s@%s)",
+		return nil, Errorf(Incompatible, false, "request: extension %s@%s is not this package (%s@%s)",
 			req.ExtensionID, req.ExtensionVersion, id.ExtensionID, id.ExtensionVersion)
 	}
 	if !slices.Contains(id.AdapterNames, req.Adapter) {
-		return nil, errf(Incompatible, "request: adapter %q is not provided by this package", req.Adapter)
+		return nil, Errorf(Incompatible, false, "request: adapter %q is not provided by this package", req.Adapter)
 	}
 	call := &Call{
 		RequestID:        req.RequestID,
@@ -364,12 +363,12 @@ func invoke(ctx context.Context, env Env, id Identity, h Handler, data []byte, l
 	defer func() {
 		if p := recover(); p != nil {
 			log.printf("adapter: %s panicked: %v", req.Operation, p)
-			result, err = nil, errf(Internal, "%s: handler panicked: %v", req.Operation, p)
+			result, err = nil, Errorf(Internal, false, "%s: handler panicked: %v", req.Operation, p)
 		}
 	}()
 	var v interface{ validate() error }
 	switch req.Operation {
-	case OpPoll:
+	case wire.OpPoll:
 		in, err := req.PollInput()
 		if err != nil {
 			return nil, err
@@ -385,19 +384,19 @@ func invoke(ctx context.Context, env Env, id Identity, h Handler, data []byte, l
 			return nil, err
 		}
 		switch req.Operation {
-		case OpClassify:
+		case wire.OpClassify:
 			r, err := h.Classify(ctx, call, in)
 			if err != nil {
 				return nil, err
 			}
 			v = classifyV(r)
-		case OpTerminal:
+		case wire.OpTerminal:
 			r, err := h.Terminal(ctx, call, in)
 			if err != nil {
 				return nil, err
 			}
 			v = boolV(r)
-		case OpSilent:
+		case wire.OpSilent:
 			r, err := h.Silent(ctx, call, in)
 			if err != nil {
 				return nil, err
@@ -406,9 +405,9 @@ func invoke(ctx context.Context, env Env, id Identity, h Handler, data []byte, l
 		}
 	}
 	if err := v.validate(); err != nil {
-		return nil, errf(Internal, "%s: handler returned an invalid result: %s", req.Operation, errMessageOf(err))
+		return nil, Errorf(Internal, false, "%s: handler returned an invalid result: %s", req.Operation, errMessageOf(err))
 	}
-	out, err := Canonical(v)
+	out, err := wire.Canonical(v)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", req.Operation, err)
 	}

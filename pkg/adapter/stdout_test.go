@@ -12,6 +12,7 @@ import (
 
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // asEntrypoint makes the test binary serve one of the careless handlers
@@ -80,7 +81,7 @@ func runNoisy(t *testing.T, verb string, req any) (stdout, stderr []byte) {
 // runNoisy does.
 func runAs(t *testing.T, handler, verb string, req any) (stdout, stderr []byte) {
 	t.Helper()
-	data, err := adapter.Canonical(req)
+	data, err := wire.Canonical(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,27 +112,24 @@ func TestStrayStdoutCannotCorruptTheResponse(t *testing.T) {
 	h := adaptertest.New(t, quiet{})
 	hreq := h.HandshakeRequest()
 	stdout, stderr := runNoisy(t, "handshake", hreq)
-	resp, err := adapter.DecodeHandshakeResponse(stdout)
+	_, err := adaptertest.DecodeHandshakeResponse(hreq, stdout)
 	if err != nil {
 		t.Fatalf("handshake response: %v\nstdout: %q", err, stdout)
-	}
-	if err := adapter.CheckHandshake(hreq, resp); err != nil {
-		t.Fatal(err)
 	}
 	if !strings.Contains(string(stderr), "identity: stray line\n") {
 		t.Errorf("the stray line did not reach stderr: %q", stderr)
 	}
 
-	req := h.Request("noisy", adapter.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
+	req := h.Request("noisy", wire.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
 	stdout, stderr = runNoisy(t, "invoke", req)
-	r, err := adapter.DecodeResponse(stdout)
+	r, err := adaptertest.DecodeResponse(req.RequestID, stdout)
 	if err != nil {
 		t.Fatalf("invoke response: %v\nstdout: %q", err, stdout)
 	}
 	if !r.OK || r.RequestID != req.RequestID {
 		t.Fatalf("response %+v", r)
 	}
-	if res, err := adapter.DecodePollResult(r.Result); err != nil || res.Output != "the real output" {
+	if res, err := adaptertest.DecodePollResult(r.Result); err != nil || res.Output != "the real output" {
 		t.Fatalf("result %s: %v", r.Result, err)
 	}
 	for _, line := range []string{"poll: fmt.Println", "poll: os.Stdout", "poll: write(1)", "poll: child", "poll: child of fd 1"} {
@@ -181,16 +179,16 @@ func (stdoutCloser) Poll(_ context.Context, call *adapter.Call, _ adapter.PollIn
 
 // checkPollResponse fails t unless stdout is exactly the one response to req
 // with the output "the real output".
-func checkPollResponse(t *testing.T, req *adapter.Request, stdout []byte) {
+func checkPollResponse(t *testing.T, req *wire.Request, stdout []byte) {
 	t.Helper()
-	r, err := adapter.DecodeResponse(stdout)
+	r, err := adaptertest.DecodeResponse(req.RequestID, stdout)
 	if err != nil {
 		t.Fatalf("invoke response: %v\nstdout: %.300q", err, stdout)
 	}
 	if !r.OK || r.RequestID != req.RequestID {
 		t.Fatalf("response %+v", r)
 	}
-	if res, err := adapter.DecodePollResult(r.Result); err != nil || res.Output != "the real output" {
+	if res, err := adaptertest.DecodePollResult(r.Result); err != nil || res.Output != "the real output" {
 		t.Fatalf("result %s: %v", r.Result, err)
 	}
 }
@@ -202,7 +200,7 @@ func checkPollResponse(t *testing.T, req *adapter.Request, stdout []byte) {
 // between the response and the exit.
 func TestStdoutAfterTheHandlerReturnsCannotCorruptTheResponse(t *testing.T) {
 	h := adaptertest.New(t, quiet{})
-	req := h.Request("noisy", adapter.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
+	req := h.Request("noisy", wire.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
 	for i := 0; i < 20; i++ {
 		stdout, stderr := runAs(t, "late-printer", "invoke", req)
 		checkPollResponse(t, req, stdout)
@@ -217,7 +215,7 @@ func TestStdoutAfterTheHandlerReturnsCannotCorruptTheResponse(t *testing.T) {
 // the response is whole.
 func TestClosingStdoutInAHandlerKeepsStderr(t *testing.T) {
 	h := adaptertest.New(t, quiet{})
-	req := h.Request("noisy", adapter.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
+	req := h.Request("noisy", wire.OpPoll, adapter.PollInput{SourceID: "s1", ConfigRef: "x"})
 	stdout, stderr := runAs(t, "stdout-closer", "invoke", req)
 	checkPollResponse(t, req, stdout)
 	for _, line := range []string{"stderr after closing stdout\n", "Logf after closing stdout\n"} {

@@ -40,6 +40,7 @@ import (
 	"github.com/go-json-experiment/json"
 
 	"firstmate.dev/fm/pkg/adapter"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Identity of the example package; it must match firstmate-extension.json.
@@ -316,7 +317,7 @@ func (s *deliveredSet) add(dir, name string) error {
 		}
 	}
 	slices.Sort(keep)
-	data, err := adapter.Canonical(deliveredFile{Schema: deliveredSchema, Delivered: keep})
+	data, err := wire.Canonical(deliveredFile{Schema: deliveredSchema, Delivered: keep})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,8 @@
 //
 // A Harness builds valid envelopes (fresh random request ids, a random
 // package digest, the handler's own identity), feeds them to adapter.RunContext
-// with the verb, and decodes stdout strictly: exit status 0, exactly one
+// with the verb, and checks stdout with the host's own checks (package
+// internal/protocol of fm, the same code fm runs): exit status 0, exactly one
 // canonical JSON document of at most 65,536 bytes, the request id echoed, the
 // result shaped and bounded for its operation, stderr within the host's
 // 8,192-byte bound, and nothing written to os.Stdout by the handler beside the
@@ -30,7 +31,8 @@
 // # Against a real fm
 //
 // NewHome gives a test a throwaway Firstmate home and runs a real fm binary
-// in it (os/exec only: it needs no fm package but this SDK). It lays out a
+// in it (os/exec only: it links no host code beyond the shapes and checks of
+// what fm prints). It lays out a
 // package with the modes fm accepts, binds it, registers sources and runs
 // them with the fm commands an operator types, and reads their output
 // strictly. The package's entrypoint can be the test binary itself, so the
@@ -68,23 +70,21 @@ package adaptertest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/pkg/adapter"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // NewRequestID returns a fresh random request id, sha256:<64 lowercase hex>.
-func NewRequestID() string {
-	var b [32]byte
-	rand.Read(b[:])
-	return "sha256:" + hex.EncodeToString(b[:])
-}
+func NewRequestID() string { return protocol.NewRequestID() }
 
 // Harness runs one Handler in-process. Its fields may be changed between
 // calls.
@@ -193,21 +193,21 @@ func (h *Harness) Raw(verb string, stdin []byte) Outcome {
 
 // HandshakeRequest returns a valid handshake request for the handler's
 // identity enabling adapterNames (all declared adapters when none is given).
-func (h *Harness) HandshakeRequest(adapterNames ...string) *adapter.HandshakeRequest {
+func (h *Harness) HandshakeRequest(adapterNames ...string) *wire.HandshakeRequest {
 	id := h.Handler.Identity()
 	if len(adapterNames) == 0 {
 		adapterNames = id.AdapterNames
 	}
-	return &adapter.HandshakeRequest{
-		Schema:           adapter.HandshakeRequestSchema,
+	return &wire.HandshakeRequest{
+		Schema:           wire.HandshakeRequestSchema,
 		RequestID:        NewRequestID(),
-		HostProtocols:    []int{adapter.HostProtocol},
+		HostProtocols:    []int64{wire.HostProtocol},
 		ExtensionID:      id.ExtensionID,
 		ExtensionVersion: id.ExtensionVersion,
 		PackageDigest:    h.PackageDigest,
-		Capability: adapter.HandshakeCapability{
-			Name:         adapter.CapabilityName,
-			Versions:     []int{adapter.CapabilityVersion},
+		Capability: wire.HandshakeCapability{
+			Name:         wire.CapabilityName,
+			Versions:     []int64{wire.CapabilityVersion},
 			AdapterNames: append([]string(nil), adapterNames...),
 		},
 	}
@@ -218,9 +218,9 @@ func (h *Harness) HandshakeRequest(adapterNames ...string) *adapter.HandshakeReq
 // the host would accept for req, and it is returned. When the handler refuses
 // (non-zero exit), stdout must be empty, and nil is returned with the
 // outcome for the test to inspect.
-func (h *Harness) Handshake(req *adapter.HandshakeRequest) (*adapter.HandshakeResponse, Outcome) {
+func (h *Harness) Handshake(req *wire.HandshakeRequest) (*wire.HandshakeResponse, Outcome) {
 	h.T.Helper()
-	data, err := adapter.Canonical(req)
+	data, err := wire.Canonical(req)
 	if err != nil {
 		h.T.Fatalf("adaptertest: encode handshake request: %v", err)
 	}
@@ -232,12 +232,9 @@ func (h *Harness) Handshake(req *adapter.HandshakeRequest) (*adapter.HandshakeRe
 		}
 		return nil, out
 	}
-	resp, err := adapter.DecodeHandshakeResponse(out.Stdout)
+	resp, err := DecodeHandshakeResponse(req, out.Stdout)
 	if err != nil {
 		h.T.Fatalf("adaptertest: handshake: %v\nstdout: %s", err, out.Stdout)
-	}
-	if err := adapter.CheckHandshake(req, resp); err != nil {
-		h.T.Fatalf("adaptertest: handshake: %v", err)
 	}
 	return resp, out
 }
@@ -245,34 +242,34 @@ func (h *Harness) Handshake(req *adapter.HandshakeRequest) (*adapter.HandshakeRe
 // Request returns a valid invoke request for the handler's identity with a
 // fresh random request id. input is encoded as the request's input object
 // (normally an adapter.PollInput or adapter.ResultInput).
-func (h *Harness) Request(adapterName, operation string, input any) *adapter.Request {
+func (h *Harness) Request(adapterName, operation string, input any) *wire.Request {
 	h.T.Helper()
-	raw, err := adapter.Canonical(input)
+	raw, err := wire.Canonical(input)
 	if err != nil {
 		h.T.Fatalf("adaptertest: encode input: %v", err)
 	}
 	id := h.Handler.Identity()
-	return &adapter.Request{
-		Schema:            adapter.RequestSchema,
+	return &wire.Request{
+		Schema:            wire.RequestSchema,
 		RequestID:         NewRequestID(),
-		HostProtocol:      adapter.HostProtocol,
+		HostProtocol:      wire.HostProtocol,
 		ExtensionID:       id.ExtensionID,
 		ExtensionVersion:  id.ExtensionVersion,
 		PackageDigest:     h.PackageDigest,
-		Capability:        adapter.CapabilityName,
-		CapabilityVersion: adapter.CapabilityVersion,
+		Capability:        wire.CapabilityName,
+		CapabilityVersion: wire.CapabilityVersion,
 		Adapter:           adapterName,
 		Operation:         operation,
-		Input:             jsontext.Value(raw),
+		Input:             raw,
 	}
 }
 
 // Invoke sends req with the verb invoke and returns the strictly decoded
 // response. The handler must exit 0 with exactly one canonical response
 // document that echoes req's request id; anything else fails the test.
-func (h *Harness) Invoke(req *adapter.Request) (*adapter.Response, Outcome) {
+func (h *Harness) Invoke(req *wire.Request) (*wire.Response, Outcome) {
 	h.T.Helper()
-	data, err := adapter.Canonical(req)
+	data, err := wire.Canonical(req)
 	if err != nil {
 		h.T.Fatalf("adaptertest: encode request: %v", err)
 	}
@@ -281,19 +278,16 @@ func (h *Harness) Invoke(req *adapter.Request) (*adapter.Response, Outcome) {
 
 // InvokeRaw sends arbitrary stdin bytes with the verb invoke and checks the
 // answer like Invoke, expecting it to echo requestID.
-func (h *Harness) InvokeRaw(requestID string, stdin []byte) (*adapter.Response, Outcome) {
+func (h *Harness) InvokeRaw(requestID string, stdin []byte) (*wire.Response, Outcome) {
 	h.T.Helper()
 	out := h.Raw("invoke", stdin)
 	h.checkStreams(out)
 	if out.Exit != adapter.ExitOK {
 		h.T.Fatalf("adaptertest: invoke exited %d\nstderr: %s", out.Exit, out.Stderr)
 	}
-	resp, err := adapter.DecodeResponse(out.Stdout)
+	resp, err := DecodeResponse(requestID, out.Stdout)
 	if err != nil {
 		h.T.Fatalf("adaptertest: invoke: %v\nstdout: %.2000s", err, out.Stdout)
-	}
-	if resp.RequestID != requestID {
-		h.T.Fatalf("adaptertest: invoke: response request_id %s does not echo %s", resp.RequestID, requestID)
 	}
 	return resp, out
 }
@@ -306,13 +300,13 @@ func (h *Harness) checkStreams(out Outcome) {
 	if out.StrayBytes > 0 {
 		h.T.Fatalf("adaptertest: the handler wrote %d bytes to stdout (os.Stdout), which carries only the response: %.200q\n"+
 			"under Serve they go to stderr, counted against the host's %d-byte bound; log with Call.Logf or to os.Stderr instead",
-			out.StrayBytes, out.Stray, adapter.MaxStderrBytes)
+			out.StrayBytes, out.Stray, wire.MaxStderrBytes)
 	}
-	if len(out.Stderr) > adapter.MaxStderrBytes {
-		h.T.Fatalf("adaptertest: %d bytes on stderr, more than the host's %d", len(out.Stderr), adapter.MaxStderrBytes)
+	if len(out.Stderr) > wire.MaxStderrBytes {
+		h.T.Fatalf("adaptertest: %d bytes on stderr, more than the host's %d", len(out.Stderr), wire.MaxStderrBytes)
 	}
-	if len(out.Stdout) > adapter.MaxEnvelopeBytes {
-		h.T.Fatalf("adaptertest: %d bytes on stdout, more than %d", len(out.Stdout), adapter.MaxEnvelopeBytes)
+	if len(out.Stdout) > wire.MaxEnvelopeBytes {
+		h.T.Fatalf("adaptertest: %d bytes on stdout, more than %d", len(out.Stdout), wire.MaxEnvelopeBytes)
 	}
 	if len(out.Stdout) == 0 {
 		return
@@ -324,7 +318,7 @@ func (h *Harness) checkStreams(out Outcome) {
 }
 
 // call invokes one operation and returns the ok result or the error body.
-func (h *Harness) call(requestID, adapterName, operation string, input any) (jsontext.Value, *adapter.ErrorBody) {
+func (h *Harness) call(requestID, adapterName, operation string, input any) ([]byte, *adapter.ErrorBody) {
 	h.T.Helper()
 	req := h.Request(adapterName, operation, input)
 	if requestID != "" {
@@ -348,13 +342,13 @@ func (h *Harness) Poll(adapterName string, in adapter.PollInput) (adapter.PollRe
 // idempotence, as the host does until it has captured a result.
 func (h *Harness) PollID(requestID, adapterName string, in adapter.PollInput) (adapter.PollResult, *adapter.ErrorBody) {
 	h.T.Helper()
-	raw, fail := h.call(requestID, adapterName, adapter.OpPoll, in)
+	raw, fail := h.call(requestID, adapterName, wire.OpPoll, in)
 	if fail != nil {
 		return adapter.PollResult{}, fail
 	}
-	res, err := adapter.DecodePollResult(raw)
+	res, err := DecodePollResult(raw)
 	if err != nil {
-		h.T.Fatalf("adaptertest: source.poll: %v", err)
+		h.T.Fatalf("adaptertest: %v", err)
 	}
 	return res, nil
 }
@@ -362,13 +356,13 @@ func (h *Harness) PollID(requestID, adapterName string, in adapter.PollInput) (a
 // Classify invokes result.classify.
 func (h *Harness) Classify(adapterName string, in adapter.ResultInput) (adapter.ClassifyResult, *adapter.ErrorBody) {
 	h.T.Helper()
-	raw, fail := h.call("", adapterName, adapter.OpClassify, in)
+	raw, fail := h.call("", adapterName, wire.OpClassify, in)
 	if fail != nil {
 		return adapter.ClassifyResult{}, fail
 	}
-	res, err := adapter.DecodeClassifyResult(raw)
+	res, err := decodeResult[wire.ClassifyResult](wire.OpClassify, raw)
 	if err != nil {
-		h.T.Fatalf("adaptertest: result.classify: %v", err)
+		h.T.Fatalf("adaptertest: %v", err)
 	}
 	return res, nil
 }
@@ -376,13 +370,13 @@ func (h *Harness) Classify(adapterName string, in adapter.ResultInput) (adapter.
 // Terminal invokes result.terminal.
 func (h *Harness) Terminal(adapterName string, in adapter.ResultInput) (bool, *adapter.ErrorBody) {
 	h.T.Helper()
-	return h.boolOp(adapterName, adapter.OpTerminal, in)
+	return h.boolOp(adapterName, wire.OpTerminal, in)
 }
 
 // Silent invokes result.silent.
 func (h *Harness) Silent(adapterName string, in adapter.ResultInput) (bool, *adapter.ErrorBody) {
 	h.T.Helper()
-	return h.boolOp(adapterName, adapter.OpSilent, in)
+	return h.boolOp(adapterName, wire.OpSilent, in)
 }
 
 func (h *Harness) boolOp(adapterName, op string, in adapter.ResultInput) (bool, *adapter.ErrorBody) {
@@ -391,9 +385,9 @@ func (h *Harness) boolOp(adapterName, op string, in adapter.ResultInput) (bool, 
 	if fail != nil {
 		return false, fail
 	}
-	res, err := adapter.DecodeBoolResult(raw)
+	res, err := decodeResult[wire.BoolResult](op, raw)
 	if err != nil {
-		h.T.Fatalf("adaptertest: %s: %v", op, err)
+		h.T.Fatalf("adaptertest: %v", err)
 	}
 	return res.Value, nil
 }
@@ -402,18 +396,70 @@ func (h *Harness) boolOp(adapterName, op string, in adapter.ResultInput) (bool, 
 // fails the test unless it declares exactly the handler's identity (id,
 // version, adapter-name set) and offers host protocol 1 and
 // process-event-adapter/1. It returns the manifest.
-func CheckManifest(t testing.TB, path string, h adapter.Handler) *adapter.Manifest {
+func CheckManifest(t testing.TB, path string, h adapter.Handler) *wire.Manifest {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("adaptertest: %v", err)
 	}
-	m, err := adapter.DecodeManifest(data)
+	m, err := wire.DecodeManifest(data)
 	if err != nil {
 		t.Fatalf("adaptertest: %s: %v", path, err)
 	}
-	if err := m.CheckIdentity(h.Identity()); err != nil {
+	if err := CheckIdentity(m, h.Identity()); err != nil {
 		t.Fatalf("adaptertest: %s: %v", path, err)
 	}
 	return m
+}
+
+// CheckIdentity reports whether m declares exactly id (same extension id,
+// version and adapter-name set) and offers host protocol 1 and
+// process-event-adapter/1, so that a bind and handshake can succeed.
+func CheckIdentity(m *wire.Manifest, id adapter.Identity) error {
+	if m.ID != id.ExtensionID || m.Version != id.ExtensionVersion {
+		return fmt.Errorf("manifest: %s@%s, but the handler says %s@%s", m.ID, m.Version, id.ExtensionID, id.ExtensionVersion)
+	}
+	a, b := slices.Clone(m.Capabilities[0].AdapterNames), slices.Clone(id.AdapterNames)
+	slices.Sort(a)
+	slices.Sort(b)
+	if !slices.Equal(a, b) {
+		return fmt.Errorf("manifest: adapter names %v, but the handler says %v", a, b)
+	}
+	if !slices.Contains(m.HostProtocols, wire.HostProtocol) || !slices.Contains(m.Capabilities[0].Versions, wire.CapabilityVersion) {
+		return fmt.Errorf("manifest: host protocol %d and %s version %d must be offered", wire.HostProtocol, wire.CapabilityName, wire.CapabilityVersion)
+	}
+	return nil
+}
+
+// DecodeHandshakeResponse checks a handshake response exactly as the host
+// does (it is the host's own check) and returns it: strictly parsed, the
+// request id echoed, the extension identity, a host protocol and capability
+// version req offered, and exactly req's adapter-name set.
+func DecodeHandshakeResponse(req *wire.HandshakeRequest, data []byte) (*wire.HandshakeResponse, error) {
+	return protocol.DecodeHandshake(data, req)
+}
+
+// DecodeResponse checks an invoke response to the request requestID exactly
+// as the host does (it is the host's own check) and returns it: strictly
+// parsed, the request id echoed, ok=true with an object result, or ok=false
+// with a valid error body, which the host would report as extension-<code>.
+func DecodeResponse(requestID string, data []byte) (*wire.Response, error) {
+	return protocol.DecodeResponse(data, requestID)
+}
+
+// DecodePollResult checks a source.poll result object exactly as the host
+// does at capture and returns it; an output the host would refuse as
+// response-oversized is an error here too.
+func DecodePollResult(raw []byte) (wire.PollResult, error) {
+	return decodeResult[wire.PollResult](wire.OpPoll, raw)
+}
+
+// decodeResult applies the host's check of op's result to raw.
+func decodeResult[R wire.PollResult | wire.ClassifyResult | wire.BoolResult](op string, raw []byte) (R, error) {
+	v, err := protocol.DecodeResult(op, raw)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return *v.(*R), nil
 }

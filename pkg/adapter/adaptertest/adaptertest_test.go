@@ -12,6 +12,7 @@ import (
 
 	"firstmate.dev/fm/pkg/adapter"
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 type tiny struct{}
@@ -61,7 +62,7 @@ func TestNewRequestID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
 		id := adaptertest.NewRequestID()
-		if !adapter.ValidRequestID(id) || seen[id] {
+		if !wire.ValidRequestID(id) || seen[id] {
 			t.Fatalf("bad or repeated id %q", id)
 		}
 		seen[id] = true
@@ -70,13 +71,13 @@ func TestNewRequestID(t *testing.T) {
 
 func TestHarnessDefaults(t *testing.T) {
 	h := adaptertest.New(t, tiny{})
-	if h.Env.ExtensionID != "org.example.tiny" || h.Env.ExtensionVersion != "0.0.1" || !adapter.ValidRequestID(h.PackageDigest) {
+	if h.Env.ExtensionID != "org.example.tiny" || h.Env.ExtensionVersion != "0.0.1" || !wire.ValidRequestID(h.PackageDigest) {
 		t.Fatalf("%+v", h)
 	}
 	if fi, err := os.Stat(h.Env.StateDir); err != nil || !fi.IsDir() {
 		t.Fatalf("state dir: %v", err)
 	}
-	req := h.Request("tiny", adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+	req := h.Request("tiny", wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "r"})
 	if err := req.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +99,8 @@ func TestHarnessFailsOnViolations(t *testing.T) {
 	}
 	msg = fails(t, func(tb testing.TB) {
 		h := adaptertest.New(tb, tiny{})
-		req := h.Request("tiny", adapter.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "r"})
-		data, _ := adapter.Canonical(req)
+		req := h.Request("tiny", wire.OpPoll, adapter.PollInput{SourceID: "s", ConfigRef: "r"})
+		data, _ := wire.Canonical(req)
 		h.InvokeRaw(adaptertest.NewRequestID(), data) // expects another id
 	})
 	if msg == "" {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,10 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
-
-	"firstmate.dev/fm/pkg/adapter"
+	"firstmate.dev/fm/pkg/adapter/wire"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // Home is a throwaway Firstmate home driven through a real fm binary, for
@@ -30,8 +27,8 @@ import (
 // package, runs the entrypoint in its own process group with the minimal
 // environment and its timeouts, speaks the strict protocol to it, captures
 // the results and announces them, exactly as for an operator. Home only runs
-// the fm program (os/exec) and reads what it prints; it uses no fm package
-// other than this SDK, so it works from any module.
+// the fm program (os/exec) and reads what it prints, by the one definition
+// of its documents that fm itself uses (packages wire and fmjson).
 //
 // Every method that runs fm, except Run and Refused, fails the test
 // (t.Fatalf) when fm exits non-zero, quoting fm's stderr (its error[<code>] line: see the fm
@@ -302,10 +299,7 @@ func (h *Home) Refused(args ...string) (code, message string) {
 	return m[1], m[2]
 }
 
-var (
-	errorLine = regexp.MustCompile(`^error\[([a-z0-9]+(?:-[a-z0-9]+)*)\]: (.+)$`)
-	digestRe  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-)
+var errorLine = regexp.MustCompile(`^error\[([a-z0-9]+(?:-[a-z0-9]+)*)\]: (.+)$`)
 
 // File is one file of a package laid out by Package: its contents are Data,
 // or, when Data is nil, those of the file named by From.
@@ -398,7 +392,7 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // manifest read from manifestPath as firstmate-extension.json and the
 // executable entrypoint (a binary you built, or the test binary itself, see
 // below) at the manifest's entrypoint path, mode 0755. The manifest must
-// validate (adapter.DecodeManifest). The directory is named after the
+// validate (wire.DecodeManifest). The directory is named after the
 // manifest's id. It returns the package directory, as Package does.
 //
 // A test can bind its own test binary as the entrypoint, so that nothing is
@@ -422,13 +416,13 @@ func (h *Home) EntrypointPackage(manifestPath, entrypoint string) string {
 	if err != nil {
 		h.T.Fatalf("adaptertest: %v", err)
 	}
-	m, err := adapter.DecodeManifest(data)
+	m, err := wire.DecodeManifest(data)
 	if err != nil {
 		h.T.Fatalf("adaptertest: %s: %v", manifestPath, err)
 	}
 	return h.Package(m.ID, map[string]File{
-		adapter.ManifestFile: {Data: data},
-		m.Entrypoint:         {From: entrypoint, Exec: true},
+		wire.ManifestFile: {Data: data},
+		m.Entrypoint:      {From: entrypoint, Exec: true},
 	})
 }
 
@@ -489,11 +483,11 @@ func (h *Home) Bind(pkgDir string, adapters, consents []string, extra ...string)
 	var b Binding
 	var idOK bool
 	b.ExtensionID, b.ExtensionVersion, idOK = strings.Cut(vals[0], "@")
-	if !idOK || !adapter.ValidExtensionID(b.ExtensionID) || !adapter.ValidVersion(b.ExtensionVersion) {
+	if !idOK || !wire.ValidExtensionID(b.ExtensionID) || !wire.ValidVersion(b.ExtensionVersion) {
 		h.fail(args, stdout, "bound: %q is not <extension-id>@<version>", vals[0])
 	}
 	b.Path, b.Digest, b.PackageRoot, b.PackageDigest = vals[1], vals[2], vals[3], vals[4]
-	if !filepath.IsAbs(b.Path) || !filepath.IsAbs(b.PackageRoot) || !digestRe.MatchString(b.Digest) || !digestRe.MatchString(b.PackageDigest) {
+	if !filepath.IsAbs(b.Path) || !filepath.IsAbs(b.PackageRoot) || !wire.ValidRequestID(b.Digest) || !wire.ValidRequestID(b.PackageDigest) {
 		h.fail(args, stdout, "want absolute paths and sha256:<64 hex> digests")
 	}
 	capab, list, ok := strings.Cut(vals[5], " (")
@@ -504,7 +498,7 @@ func (h *Home) Bind(pkgDir string, adapters, consents []string, extra ...string)
 	b.Capability = capab
 	b.Adapters = strings.Split(list, ",")
 	for _, a := range b.Adapters {
-		if !adapter.ValidAdapterName(a) {
+		if !wire.ValidAdapterName(a) {
 			h.fail(args, stdout, "verified: adapter name %q is invalid", a)
 		}
 	}
@@ -529,7 +523,7 @@ func (h *Home) Register(adapterName, sourceID, configRef string) (token string) 
 		h.fail(args, stdout, "line 1 is not %q", head+"<id>@<version>)")
 	}
 	token, ok = strings.CutPrefix(ls[1], "owner-token: ")
-	if !ok || !digestRe.MatchString(token) {
+	if !ok || !wire.ValidRequestID(token) {
 		h.fail(args, stdout, "line 2 is not \"owner-token: sha256:<64 hex>\"")
 	}
 	if !strings.HasPrefix(ls[2], "retire: ") || !strings.HasSuffix(ls[2], " retire "+sourceID+" --if-owner "+token) {
@@ -651,7 +645,7 @@ func (h *Home) Classify(resultPath string) string {
 	args := []string{"procevent", "classify", resultPath}
 	stdout := h.must(args...)
 	c, ok := strings.CutSuffix(stdout, "\n")
-	if !ok || !adapter.ValidClassification(c) {
+	if !ok || !wire.ValidClassification(c) {
 		h.fail(args, stdout, "want one classification token")
 	}
 	return c
@@ -675,40 +669,13 @@ func (h *Home) Handled(sourceID string, seq int64) (already bool) {
 	return false
 }
 
-// InboxEntry is one captured result, as `fm procevent inbox --json` lists it.
-type InboxEntry struct {
-	Schema string `json:"schema"`
-	// Kind is "extension" (a source served by a binding) or "builtin".
-	Kind     string `json:"kind"`
-	Adapter  string `json:"adapter"`
-	SourceID string `json:"source_id"`
-	Sequence int64  `json:"sequence"`
-	// Evidence is true when the result is the evidence of a failed poll
-	// rather than the adapter's output.
-	Evidence   bool  `json:"evidence"`
-	CapturedAt int64 `json:"captured_at"` // unix seconds
-
-	// The binding that captured the result (Kind "extension" only).
-	ExtensionID       string `json:"extension_id,omitzero"`
-	ExtensionVersion  string `json:"extension_version,omitzero"`
-	CapabilityVersion int64  `json:"capability_version,omitzero"`
-	PackageDigest     string `json:"package_digest,omitzero"`
-	BindingDigest     string `json:"binding_digest,omitzero"`
-
-	// Path is the result file; its bytes are exactly what was captured.
-	Path    string `json:"path"`
-	Handled bool   `json:"handled"`
-}
-
 // Inbox runs `fm procevent inbox --json` and returns every captured result
 // of the home, in source-id and sequence order. The document is parsed
 // strictly: one JSON document, no duplicate, unknown or missing member, no
 // null, integers where integers are due.
-func (h *Home) Inbox() []InboxEntry {
+func (h *Home) Inbox() []fmjson.Result {
 	h.T.Helper()
-	var doc struct {
-		Results []InboxEntry `json:"results"`
-	}
+	var doc fmjson.Inbox
 	args := []string{"procevent", "inbox", "--json"}
 	h.decode(args, &doc)
 	for _, r := range doc.Results {
@@ -721,105 +688,45 @@ func (h *Home) Inbox() []InboxEntry {
 	return doc.Results
 }
 
-// Wake is one entry of the home's wake queue, as `fm wake list --json`
-// lists it. A captured result is announced as Kind "check", Key
-// "procevent:<source-id>:<seq>", Payload "check: procevent <adapter>
-// <source-id> <seq>", and announced again while nobody marks it handled.
-type Wake struct {
-	Time    int64  `json:"time"` // unix seconds
-	Seq     int64  `json:"seq"`  // the queue-seq, one more than the last
-	Kind    string `json:"kind"`
-	Key     string `json:"key"`
-	Payload string `json:"payload"`
-}
-
 // Wakes runs `fm wake list --json` and returns the whole wake queue, parsed
 // strictly as Inbox does.
-func (h *Home) Wakes() []Wake {
+func (h *Home) Wakes() []fmjson.Wake {
 	h.T.Helper()
-	var doc struct {
-		Wakes []Wake `json:"wakes"`
-	}
+	var doc fmjson.Wakes
 	h.decode([]string{"wake", "list", "--json"}, &doc)
 	return doc.Wakes
 }
 
-// ExtensionEntry is one enabled binding, as `fm extension list --json` lists
-// it.
-type ExtensionEntry struct {
-	ExtensionID       string   `json:"extension_id"`
-	ExtensionVersion  string   `json:"extension_version"`
-	Capability        string   `json:"capability"`
-	CapabilityVersion int64    `json:"capability_version"`
-	AdapterNames      []string `json:"adapter_names"`
-	PackageDigest     string   `json:"package_digest"`
-	BindingDigest     string   `json:"binding_digest"`
-	Binding           string   `json:"binding"` // the binding file
-}
-
 // Extensions runs `fm extension list --json` (which runs no package code)
 // and returns the enabled bindings, parsed strictly as Inbox does.
-func (h *Home) Extensions() []ExtensionEntry {
+func (h *Home) Extensions() []fmjson.Binding {
 	h.T.Helper()
-	var doc struct {
-		Bindings []ExtensionEntry `json:"bindings"`
-	}
+	var doc fmjson.Bindings
 	h.decode([]string{"extension", "list", "--json"}, &doc)
 	return doc.Bindings
 }
 
-// SourceEntry is one registered source, as `fm procevent list --json` lists
-// it.
-type SourceEntry struct {
-	SourceID string `json:"source_id"`
-	Adapter  string `json:"adapter"`
-	Kind     string `json:"kind"`  // "extension" or "builtin"
-	Owner    string `json:"owner"` // "<extension-id>@<version>" or "built-in"
-	// Pending counts the source's unhandled results.
-	Pending int64 `json:"pending"`
-}
-
 // Sources runs `fm procevent list --json` and returns the registered
 // sources, parsed strictly as Inbox does.
-func (h *Home) Sources() []SourceEntry {
+func (h *Home) Sources() []fmjson.Source {
 	h.T.Helper()
-	var doc struct {
-		Sources []SourceEntry `json:"sources"`
-	}
+	var doc fmjson.Sources
 	h.decode([]string{"procevent", "list", "--json"}, &doc)
 	return doc.Sources
 }
 
-// Evidence is the one-line document fm captures in place of an output when
-// an extension poll fails (schema firstmate.process-event-extension-error.v1).
-// It names what failed and never holds package text.
-type Evidence struct {
-	// Code is the error code, such as "extension-unavailable" for a poll
-	// answered with adapter.Unavailable, or "extension-timeout".
-	Code string `json:"code"`
-	// Detail is fm's own account of why it refused the adapter's answer
-	// (a byte offset, the pointer of an unknown member), present only then.
-	Detail      string `json:"detail,omitzero"`
-	ExtensionID string `json:"extension_id"`
-	Operation   string `json:"operation"` // "source.poll"
-	Schema      string `json:"schema"`
-}
-
-// EvidenceSchema is the schema of Evidence.
-const EvidenceSchema = "firstmate.process-event-extension-error.v1"
-
 // Evidence reads the captured result at resultPath, which must be the
 // evidence of a failed poll (an InboxEntry with Evidence true), and returns
 // it parsed strictly.
-func (h *Home) Evidence(resultPath string) Evidence {
+func (h *Home) Evidence(resultPath string) wire.Evidence {
 	h.T.Helper()
 	data, err := os.ReadFile(resultPath)
 	if err != nil {
 		h.T.Fatalf("adaptertest: %v", err)
 	}
-	var e Evidence
-	if err := decodeStrict(data, &e); err != nil || e.Schema != EvidenceSchema || e.Code == "" {
-		h.T.Fatalf("adaptertest: %s is not a %s document (%v): %q", resultPath, EvidenceSchema, err, data)
+	var e wire.Evidence
+	if err := decodeStrict(data, &e); err != nil || e.Schema != wire.EvidenceSchema || e.Code == "" {
+		h.T.Fatalf("adaptertest: %s is not a %s document (%v): %q", resultPath, wire.EvidenceSchema, err, data)
 	}
 	return e
 }
@@ -840,54 +747,14 @@ func (h *Home) decode(args []string, v any) {
 	}
 }
 
-// decodeStrict parses data, which must be exactly one JSON value (with only
-// whitespace around it), into v, a pointer to a struct whose fields all have
-// json tags: no duplicate or unknown member, no invalid UTF-8, no null, no
-// fraction or exponent where an integer is due, and every member present
-// except those tagged omitzero.
-func decodeStrict(data []byte, v any) error {
-	if err := json.Unmarshal(data, v, json.RejectUnknownMembers(true)); err != nil {
-		return err
-	}
-	return present(jsontext.Value(data), reflect.TypeOf(v).Elem(), "document")
-}
+// maxDocument bounds what fm prints for one --json or evidence document
+// that decode and Evidence read.
+const maxDocument = 16 << 20
 
-// present checks that val, already decoded into a value of type t, has every
-// required member and no null.
-func present(val jsontext.Value, t reflect.Type, at string) error {
-	if val.Kind() == 'n' {
-		return fmt.Errorf("%s: null where a value is due", at)
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		var m map[string]jsontext.Value
-		if err := json.Unmarshal(val, &m); err != nil {
-			return fmt.Errorf("%s: %v", at, err)
-		}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-			sub, ok := m[name]
-			if !ok {
-				if opts == "omitzero" {
-					continue
-				}
-				return fmt.Errorf("%s: member %q is missing", at, name)
-			}
-			if err := present(sub, f.Type, at+"."+name); err != nil {
-				return err
-			}
-		}
-	case reflect.Slice:
-		var elems []jsontext.Value
-		if err := json.Unmarshal(val, &elems); err != nil {
-			return fmt.Errorf("%s: %v", at, err)
-		}
-		for i, e := range elems {
-			if err := present(e, t.Elem(), fmt.Sprintf("%s[%d]", at, i)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+// decodeStrict parses data strictly into v, a pointer to a struct, by the
+// rules of every protocol document (wire.Decode): exactly one JSON value, no
+// duplicate, unknown or missing member (but those tagged omitzero), no
+// invalid UTF-8, no null, integers where integers are due.
+func decodeStrict(data []byte, v any) error {
+	return wire.Decode(data, maxDocument, "document", v)
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"firstmate.dev/fm/pkg/adapter/adaptertest"
+	"firstmate.dev/fm/pkg/adapter/wire"
+	"firstmate.dev/fm/pkg/fmjson"
 )
 
 // fakeFM is a shell script standing in for fm: it answers `version` as fm
@@ -353,12 +355,12 @@ func TestHomeJSONListings(t *testing.T) {
 	h := adaptertest.NewHome(t, f.path)
 	f.answer(inboxDoc, "", 0)
 	got := h.Inbox()
-	want := []adaptertest.InboxEntry{
-		{Schema: "firstmate.procevent-result-meta.v1", Kind: "extension", Adapter: "tiny", SourceID: "src", Sequence: 1,
+	want := []fmjson.Result{
+		{Meta: fmjson.Meta{Schema: "firstmate.procevent-result-meta.v1", Kind: "extension", Adapter: "tiny", SourceID: "src", Sequence: 1,
 			CapturedAt: 1796029525, ExtensionID: "org.example.tiny", ExtensionVersion: "1.2.3", CapabilityVersion: 1,
-			PackageDigest: digestB, BindingDigest: digestA, Path: "/h/state/procevent-inbox/src.1.result"},
-		{Schema: "firstmate.procevent-result-meta.v1", Kind: "builtin", Adapter: "file-watch", SourceID: "w", Sequence: 3,
-			CapturedAt: 1796029526, Path: "/h/state/procevent-inbox/w.3.result", Handled: true},
+			PackageDigest: digestB, BindingDigest: digestA}, Path: "/h/state/procevent-inbox/src.1.result"},
+		{Meta: fmjson.Meta{Schema: "firstmate.procevent-result-meta.v1", Kind: "builtin", Adapter: "file-watch", SourceID: "w", Sequence: 3,
+			CapturedAt: 1796029526}, Path: "/h/state/procevent-inbox/w.3.result", Handled: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("inbox %+v", got)
@@ -393,7 +395,7 @@ func TestHomeJSONListings(t *testing.T) {
 	h.T = t
 
 	f.answer(`{"wakes":[{"key":"procevent:src:1","kind":"check","payload":"check: procevent tiny src 1","seq":1,"time":1796029525}]}`, "", 0)
-	if ws := h.Wakes(); len(ws) != 1 || ws[0] != (adaptertest.Wake{Time: 1796029525, Seq: 1, Kind: "check", Key: "procevent:src:1", Payload: "check: procevent tiny src 1"}) {
+	if ws := h.Wakes(); len(ws) != 1 || ws[0] != (fmjson.Wake{Time: 1796029525, Seq: 1, Kind: "check", Key: "procevent:src:1", Payload: "check: procevent tiny src 1"}) {
 		t.Errorf("wakes %+v", ws)
 	}
 	if got := f.args(); !slices.Equal(got, []string{"wake", "list", "--json"}) {
@@ -413,7 +415,7 @@ func TestHomeJSONListings(t *testing.T) {
 		t.Errorf("args %q", got)
 	}
 	f.answer(`{"sources":[{"adapter":"tiny","kind":"extension","owner":"org.example.tiny@1.2.3","pending":2,"source_id":"src"}]}`, "", 0)
-	if ss := h.Sources(); len(ss) != 1 || ss[0] != (adaptertest.SourceEntry{SourceID: "src", Adapter: "tiny", Kind: "extension", Owner: "org.example.tiny@1.2.3", Pending: 2}) {
+	if ss := h.Sources(); len(ss) != 1 || ss[0] != (fmjson.Source{SourceID: "src", Adapter: "tiny", Kind: "extension", Owner: "org.example.tiny@1.2.3", Pending: 2}) {
 		t.Errorf("sources %+v", ss)
 	}
 }
@@ -570,7 +572,7 @@ func TestHomeEvidence(t *testing.T) {
 	h := adaptertest.NewHome(t, f.path)
 	p := filepath.Join(t.TempDir(), "src.1.result")
 	os.WriteFile(p, []byte(`{"code":"extension-unavailable","extension_id":"org.example.tiny","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}`), 0o600)
-	if e := h.Evidence(p); e != (adaptertest.Evidence{Code: "extension-unavailable", ExtensionID: "org.example.tiny", Operation: "source.poll", Schema: adaptertest.EvidenceSchema}) {
+	if e := h.Evidence(p); e != (wire.Evidence{Code: "extension-unavailable", ExtensionID: "org.example.tiny", Operation: "source.poll", Schema: wire.EvidenceSchema}) {
 		t.Errorf("%+v", e)
 	}
 	os.WriteFile(p, []byte("deploy finished\n"), 0o600)

@@ -1,4 +1,4 @@
-package protocol
+package wire
 
 import (
 	"math/rand/v2"
@@ -35,11 +35,11 @@ func TestHandWrittenValidatorsMatchRegexps(t *testing.T) {
 		cases = append(cases, string(b))
 	}
 	for _, c := range cases {
-		if got, want := isSHA256Hex(c), requestIDRe.MatchString(c); got != want {
-			t.Errorf("isSHA256Hex(%q) = %v, regexp says %v", c, got, want)
+		if got, want := ValidRequestID(c), requestIDRe.MatchString(c); got != want {
+			t.Errorf("ValidRequestID(%q) = %v, regexp says %v", c, got, want)
 		}
-		if got, want := isSourceID(c), sourceIDRe.MatchString(c); got != want {
-			t.Errorf("isSourceID(%q) = %v, regexp says %v", c, got, want)
+		if got, want := ValidSourceID(c), sourceIDRe.MatchString(c); got != want {
+			t.Errorf("ValidSourceID(%q) = %v, regexp says %v", c, got, want)
 		}
 	}
 }
