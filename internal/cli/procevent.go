@@ -425,12 +425,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			switch r := res.(type) {
-			case *protocol.ClassifyResult:
-				fmt.Fprintln(e.Stdout, r.Classification)
-			case *protocol.BoolResult:
-				fmt.Fprintln(e.Stdout, r.Value)
-			}
+			fmt.Fprintln(e.Stdout, res)
 			return nil
 		},
 	})

@@ -41,15 +41,13 @@ func bound(t *testing.T, timeoutMS int64, consents ...string) *fixture {
 	return &fixture{h: h, b: b, state: h.ExtensionState("org.example.fake")}
 }
 
-func (f *fixture) poll(t *testing.T, mode string) (any, error) {
+func (f *fixture) poll(t *testing.T, mode string) (*protocol.PollResult, error) {
 	t.Helper()
 	if err := testpkg.SetMode(f.state, "invoke", mode); err != nil {
 		t.Fatal(err)
 	}
-	return host.Invoke(context.Background(), f.h, f.b, host.Call{
-		Adapter: "fake", Operation: protocol.OpPoll,
-		Input: protocol.PollInput{SourceID: "src", ConfigRef: "main"},
-	})
+	return host.Invoke(context.Background(), f.h, f.b, host.Poll,
+		protocol.PollInput{SourceID: "src", ConfigRef: "main"}, host.Call{Adapter: "fake"})
 }
 
 // [PROTO-3],[PROTO-4],[INV-4],[GRP-2] every hostile response is refused with
@@ -58,7 +56,7 @@ func (f *fixture) poll(t *testing.T, mode string) (any, error) {
 func TestInvokeHostileResponses(t *testing.T) {
 	f := bound(t, 20000)
 	res, err := f.poll(t, "good")
-	if err != nil || res.(*protocol.PollResult).Output != "hello from fake" {
+	if err != nil || res.Output != "hello from fake" {
 		t.Fatalf("good poll: %v %v", res, err)
 	}
 	cases := []struct {
@@ -139,10 +137,8 @@ func TestInvokeLeakedChild(t *testing.T) {
 func TestRequestOversized(t *testing.T) {
 	f := bound(t, 20000)
 	before, _ := os.ReadFile(filepath.Join(f.state, "requests"))
-	_, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-		Adapter: "fake", Operation: protocol.OpClassify,
-		Input: protocol.ResultInput{SourceID: "src", Sequence: 1, Content: strings.Repeat("\x01", protocol.MaxContent)},
-	})
+	_, err := host.Invoke(context.Background(), f.h, f.b, host.Classify,
+		protocol.ResultInput{SourceID: "src", Sequence: 1, Content: strings.Repeat("\x01", protocol.MaxContent)}, host.Call{Adapter: "fake"})
 	if errcode.Of(err) != errcode.RequestOversized {
 		t.Fatalf("got %v", err)
 	}
@@ -187,8 +183,8 @@ func TestInvokeStaleBinding(t *testing.T) {
 	f := bound(t, 20000)
 	stale := *f.b
 	stale.Digest = "sha256:" + strings.Repeat("0", 64)
-	_, err := host.Invoke(context.Background(), f.h, &stale, host.Call{Adapter: "fake", Operation: protocol.OpSilent,
-		Input: protocol.ResultInput{SourceID: "s", Sequence: 1, Content: "x"}})
+	_, err := host.Invoke(context.Background(), f.h, &stale, host.Silent,
+		protocol.ResultInput{SourceID: "s", Sequence: 1, Content: "x"}, host.Call{Adapter: "fake"})
 	if errcode.Of(err) != errcode.IntegrityMismatch {
 		t.Fatalf("got %v", err)
 	}

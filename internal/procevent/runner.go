@@ -188,7 +188,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	var v *verdicts
 	if !evidence {
 		v = &verdicts{h: d.h, meta: m, owner: p.owner, content: p.content}
-		if v.is(pctx, protocol.OpSilent) {
+		if v.is(pctx, host.Silent) {
 			if _, err := d.markHandled(id, seq, HandledBySilent); err != nil {
 				return out, err
 			}
@@ -204,7 +204,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if err := removeAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
 		return out, err
 	}
-	if v != nil && v.is(pctx, protocol.OpTerminal) {
+	if v != nil && v.is(pctx, host.Terminal) {
 		if err := d.retireGeneration(r); err != nil {
 			return out, err
 		}
