@@ -16,6 +16,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/testpkg"
 )
@@ -194,12 +195,8 @@ func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return !strings.HasPrefix(string(stat[i+1:]), " Z")
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != 'Z'
 }
 
 func assertNoRecords(t *testing.T, h *home.Home) {

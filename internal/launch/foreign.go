@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // PIDAlive reports whether a process with this pid runs now (a zombie does
@@ -16,14 +17,14 @@ func PIDAlive(pid int) (bool, error) {
 	if pid <= 0 {
 		return false, nil
 	}
-	st, err := readStat(pid)
-	if errors.Is(err, errNoProcess) {
+	st, err := procstat.Read(pid)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return false, nil
 	}
 	if err != nil {
 		return false, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
 	}
-	return !st.dead(), nil
+	return !st.Dead(), nil
 }
 
 // IsRecordName reports whether name is one fm writes in an invocation

@@ -111,6 +111,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Owner says who an invocation is for; it is written into the owner record.
@@ -302,18 +303,18 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	step("started")
 	p := &Pending{s: s, dir: dir, name: name, inv: inv}
 
-	st, err := readStat(inv.g.pgid)
+	st, err := procstat.Read(inv.g.pgid)
 	switch {
 	case err != nil:
 		err = errcode.Wrap(errcode.Internal, err, "read the identity of launch barrier %d", inv.g.pgid)
-	case st.pgid != inv.g.pgid:
-		err = errcode.New(errcode.Internal, "launch barrier %d is in process group %d, not its own", inv.g.pgid, st.pgid)
-	case st.sid == inv.g.pgid:
+	case st.PGID != inv.g.pgid:
+		err = errcode.New(errcode.Internal, "launch barrier %d is in process group %d, not its own", inv.g.pgid, st.PGID)
+	case st.SID == inv.g.pgid:
 		err = errcode.New(errcode.Internal, "launch barrier %d leads a session", inv.g.pgid)
 	default:
-		pgid, sid := inv.g.pgid, st.sid
+		pgid, sid := inv.g.pgid, st.SID
 		rec.Phase, rec.GroupPID, rec.SessionID = PhaseGroup, &pgid, &sid
-		rec.Leader = &Identity{PID: pgid, StartTime: st.start, BootID: boot}
+		rec.Leader = &Identity{PID: pgid, StartTime: st.Start, BootID: boot}
 		err = dir.write(name, rec)
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // fixture is one test's state directory, records directory and report
@@ -85,8 +86,8 @@ func assertGone(t *testing.T, what string, id Identity) {
 // reaped it.
 func assertReaped(t *testing.T, what string, id Identity) {
 	t.Helper()
-	if st, err := readStat(id.PID); err == nil && st.start == id.StartTime {
-		t.Errorf("%s (pid %d) was not reaped (state %c)", what, id.PID, st.state)
+	if st, err := procstat.Read(id.PID); err == nil && st.Start == id.StartTime {
+		t.Errorf("%s (pid %d) was not reaped (state %c)", what, id.PID, st.State)
 	}
 }
 
@@ -98,8 +99,8 @@ func assertGroupGone(t *testing.T, pgid int) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if !m.dead() {
-			t.Errorf("process %d of group %d is alive (state %c)", m.pid, pgid, m.state)
+		if !m.Dead() {
+			t.Errorf("process %d of group %d is alive (state %c)", m.pid, pgid, m.State)
 		}
 	}
 }
@@ -111,12 +112,12 @@ func reapOrphans(t *testing.T, ids ...Identity) {
 	for _, id := range ids {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			st, err := readStat(id.PID)
-			if err != nil || st.start != id.StartTime {
+			st, err := procstat.Read(id.PID)
+			if err != nil || st.Start != id.StartTime {
 				break
 			}
-			if st.dead() {
-				if st.ppid == os.Getpid() {
+			if st.Dead() {
+				if st.PPID == os.Getpid() {
 					unix.Wait4(id.PID, nil, unix.WNOHANG|unix.WALL, nil)
 				}
 				break
@@ -141,7 +142,7 @@ func reapGroup(t *testing.T, leader Identity) {
 	}
 	for _, m := range ms {
 		if m.pid != leader.PID {
-			reapOrphans(t, Identity{PID: m.pid, StartTime: m.start})
+			reapOrphans(t, Identity{PID: m.pid, StartTime: m.Start})
 		}
 	}
 	reapOrphans(t, leader)
@@ -547,13 +548,13 @@ func deadIdentity(t *testing.T) Identity {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := readStat(cmd.Process.Pid)
+	st, err := procstat.Read(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
 	boot, _ := bootID()
-	return Identity{PID: cmd.Process.Pid, StartTime: st.start, BootID: boot}
+	return Identity{PID: cmd.Process.Pid, StartTime: st.Start, BootID: boot}
 }
 
 // [GRP-3] [GRP-4]: a record whose leader pid now belongs to a different,

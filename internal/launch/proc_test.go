@@ -10,52 +10,25 @@ import (
 	"testing"
 	"time"
 
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
-// The quick pgid read of the /proc scan agrees with the full parse, also for
-// command names holding spaces and parentheses.
-func TestStatPGID(t *testing.T) {
-	self, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range []string{
-		string(self),
-		"1234 (fm) S 1 1234 1234 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0\n",
-		"77 (a) b) (c) Z 5 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 555 0 0\n",
-		"8 ( ) R 7 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0",
-	} {
-		st, err := parseStat([]byte(line))
-		if err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		if g, ok := statPGID([]byte(line)); !ok || g != st.pgid {
-			t.Errorf("%q: statPGID = %d, %v; parseStat pgid %d", line, g, ok, st.pgid)
-		}
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S 1"} {
-		if _, ok := statPGID([]byte(bad)); ok {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
 // members finds exactly the processes of a group, here this process's own.
 func TestMembersFindsOwnGroup(t *testing.T) {
-	st, err := readStat(os.Getpid())
+	st, err := procstat.Read(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := members(st.pgid)
+	ms, err := members(st.PGID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(ms, func(m member) bool { return m.pid == os.Getpid() }) {
-		t.Fatalf("members(%d) = %+v lacks this process %d", st.pgid, ms, os.Getpid())
+		t.Fatalf("members(%d) = %+v lacks this process %d", st.PGID, ms, os.Getpid())
 	}
 	for _, m := range ms {
-		if m.pgid != st.pgid {
+		if m.PGID != st.PGID {
 			t.Errorf("member %+v is of another group", m)
 		}
 	}

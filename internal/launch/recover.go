@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Cleanup resolves the owner records in records that match selects, and
@@ -137,15 +138,15 @@ func resolve(r Record) (reason string, err error) {
 	if leader.BootID != boot {
 		return "", nil
 	}
-	st, err := readStat(leader.PID)
-	if errors.Is(err, errNoProcess) {
+	st, err := procstat.Read(leader.PID)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return resolveWithoutLeader(leader.PID)
 	}
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "read process %d", leader.PID)
 	}
-	if st.start != leader.StartTime {
-		return fmt.Sprintf("leader pid %d now belongs to another process (start time %d, recorded %d); nothing signalled", leader.PID, st.start, leader.StartTime), nil
+	if st.Start != leader.StartTime {
+		return fmt.Sprintf("leader pid %d now belongs to another process (start time %d, recorded %d); nothing signalled", leader.PID, st.Start, leader.StartTime), nil
 	}
 	pidfd, err := unix.PidfdOpen(leader.PID, 0)
 	if err == unix.ESRCH {
@@ -157,14 +158,14 @@ func resolve(r Record) (reason string, err error) {
 	defer unix.Close(pidfd)
 	// The pidfd names whatever had the pid when it was opened; the start
 	// time read after opening proves that this is still the leader.
-	st, err = readStat(leader.PID)
-	if errors.Is(err, errNoProcess) {
+	st, err = procstat.Read(leader.PID)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return resolveWithoutLeader(leader.PID)
 	}
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "read process %d", leader.PID)
 	}
-	if st.start != leader.StartTime {
+	if st.Start != leader.StartTime {
 		return fmt.Sprintf("leader pid %d was reused while it was checked; nothing signalled", leader.PID), nil
 	}
 	// fm makes every group with setpgid inside its own session, so a leader
@@ -173,10 +174,10 @@ func resolve(r Record) (reason string, err error) {
 	switch {
 	case r.SessionID == nil:
 		return fmt.Sprintf("record names no session for leader %d; it cannot be proved fm's group, so nothing was signalled", leader.PID), nil
-	case st.sid == leader.PID:
+	case st.SID == leader.PID:
 		return fmt.Sprintf("leader %d leads its own session; fm never makes one, so nothing was signalled", leader.PID), nil
-	case st.sid != *r.SessionID:
-		return fmt.Sprintf("leader %d is in session %d, not the recorded %d; nothing signalled", leader.PID, st.sid, *r.SessionID), nil
+	case st.SID != *r.SessionID:
+		return fmt.Sprintf("leader %d is in session %d, not the recorded %d; nothing signalled", leader.PID, st.SID, *r.SessionID), nil
 	case leader.PID == unix.Getpgrp():
 		// fm's groups are new ones, never the group of an fm process:
 		// stopping it would stop this cleanup and whatever ran it.
@@ -205,7 +206,7 @@ func resolveWithoutLeader(pgid int) (string, error) {
 		return "", err
 	}
 	for _, m := range ms {
-		if !m.dead() {
+		if !m.Dead() {
 			return fmt.Sprintf("leader %d is gone but process %d still has process group %d; it cannot be proved to be the recorded group, so nothing was signalled", pgid, m.pid, pgid), nil
 		}
 	}
