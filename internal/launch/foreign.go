@@ -28,11 +28,12 @@ func PIDAlive(pid int) (bool, error) {
 }
 
 // IsRecordName reports whether name is one fm writes in an invocation
-// records directory: an owner record <64 hex>.owner.json or the temporary
-// file .<64 hex>.<pid>-<start>.tmp of one. Anything else there was written
+// records directory: an owner record <hex>.owner.json (80 hex digits, or 64
+// as versions before the source index named them) or the temporary file
+// .<hex>.<pid>-<start>.tmp of one. Anything else there was written
 // by someone else (the earlier Firstmate implementation's records, for
 // instance), and the listing refuses it.
 func IsRecordName(name string) bool {
-	_, temp := parseTempName(name)
+	_, _, temp := parseTempName(name)
 	return recordHex(name) != "" || temp
 }

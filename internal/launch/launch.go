@@ -38,9 +38,10 @@
 // left names an extinct boot and Cleanup clears it (the "other boot id" row of
 // its table). What a crash can leave that a process death cannot is a record
 // file that is empty or torn (it was never written back); to recognise those
-// without reading them, a record's name starts with the 32 hex digits of the
-// boot id it was written in, and readers skip, and Cleanup removes, an
-// unreadable record named for another boot. Removal is a plain unlink for the
+// without reading them, a record's name carries the 32 hex digits of the
+// boot id it was written in (after its source key, see sourceKey), and
+// readers skip, and Cleanup removes, an unreadable record named for another
+// boot. Removal is a plain unlink for the
 // same reason: a record that reappears after a crash names an earlier boot.
 // Dropping the fsyncs (two per record write, one per removal: ten per
 // process-event call) took 4 to 10 ms off every call on the reference
@@ -269,7 +270,7 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	name, err := newRecordName()
+	name, err := newRecordName(s.Owner.SourceID)
 	if err != nil {
 		dir.close()
 		return nil, err

@@ -521,7 +521,7 @@ func fabricate(t *testing.T, records string, rec Record) string {
 		t.Fatal(err)
 	}
 	defer d.close()
-	name, err := newRecordName()
+	name, err := newRecordName(rec.SourceID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,13 +686,18 @@ func TestCleanupDecisionTable(t *testing.T) {
 		f := newFixture(t)
 		path := fabricate(t, f.records, Record{Host: dead, Leader: &dead})
 		name := filepath.Base(path)
-		if !strings.HasPrefix(name, strings.ReplaceAll(dead.BootID, "-", "")) {
-			t.Fatalf("record name %s does not start with the boot id %s", name, dead.BootID)
+		if name[16:48] != strings.ReplaceAll(dead.BootID, "-", "") {
+			t.Fatalf("record name %s does not carry the boot id %s after its source key", name, dead.BootID)
 		}
-		earlier := filepath.Join(f.records, strings.ReplaceAll(otherBoot.BootID, "-", "")+name[32:])
+		other := strings.ReplaceAll(otherBoot.BootID, "-", "")
+		// Both name forms: with a source key, and without (fm before the
+		// source index), which starts with the boot id.
+		earlier := []string{filepath.Join(f.records, name[:16]+other+name[48:]), filepath.Join(f.records, other+name[48:])}
 		for _, torn := range []string{"", `{"schema":"firstmate.ext`} {
-			if err := os.WriteFile(earlier, []byte(torn), 0o600); err != nil {
-				t.Fatal(err)
+			for _, e := range earlier {
+				if err := os.WriteFile(e, []byte(torn), 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			recs, err := List(f.records)
 			if err != nil || len(recs) != 1 || recs[0].Path != path {
@@ -705,8 +710,10 @@ func TestCleanupDecisionTable(t *testing.T) {
 		if n, err := Cleanup(f.records, func(r Record) bool { return false }); n != 0 || err != nil {
 			t.Fatalf("Cleanup = %d, %v", n, err)
 		}
-		if _, err := os.Stat(earlier); !errors.Is(err, os.ErrNotExist) {
-			t.Error("torn record of an earlier boot kept")
+		for _, e := range earlier {
+			if _, err := os.Stat(e); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("torn record of an earlier boot kept: %s", e)
+			}
 		}
 		if _, err := os.Stat(path); err != nil {
 			t.Error("unselected record removed")

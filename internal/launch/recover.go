@@ -68,12 +68,24 @@ import (
 // written in an earlier boot (see List): whatever is selected, they own
 // nothing and are not counted.
 func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
+	return cleanup(records, everyRecord, match)
+}
+
+// CleanupSource is Cleanup of the records of invocations for source id that
+// match: it reads only the records and temporary files whose names carry
+// id's key, and those named before the index (see sourceKey).
+func CleanupSource(records, id string, match func(Record) bool) (cleaned int, err error) {
+	return cleanup(records, sourceScope(id), func(r Record) bool { return r.SourceID == id && match(r) })
+}
+
+// cleanup is Cleanup of the records in sc.
+func cleanup(records string, sc scope, match func(Record) bool) (cleaned int, err error) {
 	d, err := openRecordDir(records, false)
 	if d == nil || err != nil {
 		return 0, err
 	}
 	defer d.close()
-	recs, err := d.list()
+	recs, err := d.list(sc)
 	if err != nil {
 		return 0, err
 	}
@@ -114,7 +126,7 @@ func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
 			cleaned++
 		}
 	}
-	if err := d.removeDebris(); err != nil {
+	if err := d.removeDebris(sc); err != nil {
 		return cleaned, err
 	}
 	if len(kept) > 0 {
@@ -213,22 +225,22 @@ func resolveWithoutLeader(pgid int) (string, error) {
 	return "", nil
 }
 
-// removeDebris removes the temporary files whose writer is no longer alive,
-// and the unreadable records of earlier boots. A temporary name holds the
+// removeDebris removes the temporary files in sc whose writer is no longer
+// alive, and the unreadable records in sc of earlier boots. A temporary name holds the
 // writer's pid and start time, checked against this boot, so a writer pid and
 // start time of an earlier boot that match a live process of this one keep
 // the file: safe, only untidy.
-func (d *recordDir) removeDebris() error {
+func (d *recordDir) removeDebris(sc scope) error {
 	boot, err := bootID()
 	if err != nil {
 		return err
 	}
-	records, temps, err := d.scan()
+	records, temps, err := d.scan(sc)
 	if err != nil {
 		return err
 	}
 	for _, name := range records {
-		if strings.HasPrefix(name, bootPrefix(boot)) {
+		if nameBoot(recordHex(name)) == bootPrefix(boot) {
 			continue
 		}
 		if _, err := d.read(name); err == nil || errors.Is(err, unix.ENOENT) {
@@ -239,7 +251,7 @@ func (d *recordDir) removeDebris() error {
 		}
 	}
 	for _, name := range temps {
-		writer, _ := parseTempName(name)
+		writer, _, _ := parseTempName(name)
 		writer.BootID = boot
 		live, err := alive(writer)
 		if err != nil {
