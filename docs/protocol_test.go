@@ -169,12 +169,12 @@ func TestProtocolDocExamplesRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("binding the sh adapter of protocol.md §12: %v", err)
 	}
-	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: "tick", Operation: wire.OpClassify,
-		Input: wire.ResultInput{SourceID: "s1", Sequence: 1, Content: "tick 2026-01-01T00:00:00Z"}})
+	res, err := host.Invoke(ctx, h, b, host.Classify,
+		wire.ResultInput{SourceID: "s1", Sequence: 1, Content: "tick 2026-01-01T00:00:00Z"}, host.Call{Adapter: "tick"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, ok := res.(*wire.ClassifyResult); !ok || c.Classification != "tick" {
+	if res.Classification != "tick" {
 		t.Fatalf("classify answered %#v", res)
 	}
 

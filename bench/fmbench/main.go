@@ -26,7 +26,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"flag"
 	"fmt"
@@ -44,6 +43,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/pkg/adapter/wire"
@@ -431,11 +431,9 @@ func (sp *serveProc) stop() time.Duration {
 // cpuTicks returns utime+stime of pid, and cutime+cstime (its reaped
 // children: barriers and entrypoints), in clock ticks.
 func cpuTicks(pid int) (self, children int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	check(err)
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	n := func(i int) int64 { v, err := strconv.ParseInt(f[i-3], 10, 64); check(err); return v }
-	return n(14) + n(15), n(16) + n(17)
+	return int64(st.UTime + st.STime), st.CUTime + st.CSTime
 }
 
 // status returns VmRSS in KiB and the thread count of pid.

@@ -382,12 +382,7 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch r := res.(type) {
-	case *wire.ClassifyResult:
-		fmt.Fprintln(e.Stdout, r.Classification)
-	case *wire.BoolResult:
-		fmt.Fprintln(e.Stdout, r.Value)
-	}
+	fmt.Fprintln(e.Stdout, res)
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"firstmate.dev/fm/internal/cli"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/pkgtree"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/internal/testpkg"
 )
@@ -182,10 +183,8 @@ func waitgone(ts *testscript.TestScript, neg bool, args []string) {
 	for {
 		alive := syscall.Kill(pid, 0) == nil
 		if alive {
-			if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-				if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
-					alive = false
-				}
+			if st, err := procstat.Read(pid); err == nil && st.State == 'Z' {
+				alive = false
 			}
 		}
 		if !alive {

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Temp names and their sweep.
@@ -54,22 +55,11 @@ func TempName() string {
 // startTime returns the start time of process pid, and false when no such
 // process exists or it is a zombie (it has exited).
 func startTime(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, err := procstat.Read(pid)
+	if err != nil || st.Zombie() {
 		return 0, false
 	}
-	// The command name (field 2) is parenthesised and may hold anything:
-	// count fields from the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	return start, err == nil
+	return st.Start, true
 }
 
 // parseTempName returns the writer's pid and start time of a name TempName

@@ -1,11 +1,9 @@
 package host_test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -30,16 +29,11 @@ func TestReleaseInvocationsUnderChurn(t *testing.T) {
 	if err != nil {
 		t.Skip("no boot id:", err)
 	}
-	stat, err := os.ReadFile("/proc/self/stat")
+	st, err := procstat.Read(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	start, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := launch.Identity{PID: os.Getpid(), StartTime: start, BootID: strings.TrimSpace(string(boot))}
+	self := launch.Identity{PID: os.Getpid(), StartTime: st.Start, BootID: strings.TrimSpace(string(boot))}
 	base, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

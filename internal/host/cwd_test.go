@@ -128,12 +128,10 @@ func TestAncestorSwapNeverServesForgedTree(t *testing.T) {
 	n := testpkg.HostileCalls(t, 200)
 	ty := tally{}
 	for range n {
-		res, err := host.Invoke(context.Background(), h, b, host.Call{
-			Adapter: "a", Operation: wire.OpPoll,
-			Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
-		})
+		res, err := host.Invoke(context.Background(), h, b, host.Poll,
+			wire.PollInput{SourceID: "src", ConfigRef: "main"}, host.Call{Adapter: "a"})
 		if err == nil {
-			if out := res.(*wire.PollResult).Output; out != "verified" {
+			if out := res.Output; out != "verified" {
 				ty["forged"]++
 				continue
 			}

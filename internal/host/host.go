@@ -397,11 +397,10 @@ func Current(b *binding.Binding) error {
 	return nil
 }
 
-// Call is one invocation of an operation.
+// Call is how one operation is invoked: the operation and its input are
+// Invoke's typed arguments.
 type Call struct {
 	Adapter   string
-	Operation string
-	Input     any
 	RequestID string // "" for a fresh random id
 	SourceID  string // recorded in the owner record; may be ""
 	// Stderr, when set, receives the package's stderr of the call's
@@ -423,9 +422,8 @@ func (f StderrFunc) show(s *launch.Spec) {
 	}
 }
 
-// Invoke revalidates b, handshakes, and runs one operation, returning its
-// decoded result (*wire.PollResult, *wire.ClassifyResult or
-// *wire.BoolResult).
+// Invoke revalidates b, handshakes, and runs the operation op with input in,
+// returning its decoded result.
 //
 // The order of what runs package code is fixed: revalidation, then the
 // handshake, then (only after a matching handshake) the invoke. What is not
@@ -433,7 +431,10 @@ func (f StderrFunc) show(s *launch.Spec) {
 // (owner record, launch barrier started and waiting, see launch.Prepare)
 // while the handshake runs, so the start-up of its barrier, a whole fm
 // process, is off the critical path. A failed handshake aborts it unreleased.
-func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any, error) {
+func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, op Op[In, Out], in In, c Call) (*Out, error) {
+	if op.name == "" {
+		return nil, errcode.New(errcode.Internal, "no operation named")
+	}
 	if !b.Enables(c.Adapter) {
 		return nil, errcode.New(errcode.AdapterUnbound, "binding %s does not enable adapter %q", b.ExtensionID, c.Adapter)
 	}
@@ -452,7 +453,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err != nil {
 		return nil, err
 	}
-	input, err := strictjson.Canonical(c.Input)
+	input, err := strictjson.Canonical(in)
 	if err != nil {
 		return nil, err
 	}
@@ -466,10 +467,10 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 		Capability:        wire.CapabilityName,
 		CapabilityVersion: b.Capabilities[0].Version,
 		Adapter:           c.Adapter,
-		Operation:         c.Operation,
+		Operation:         op.name,
 		Input:             input,
 	}
-	invSpec, err := launchSpec(h, &b.Record, b.Digest, v, "invoke", req, c.RequestID, c.SourceID, c.Operation, time.Duration(b.TimeoutMS)*time.Millisecond)
+	invSpec, err := launchSpec(h, &b.Record, b.Digest, v, "invoke", req, c.RequestID, c.SourceID, op.name, time.Duration(b.TimeoutMS)*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
@@ -513,7 +514,7 @@ func Invoke(ctx context.Context, h *home.Home, b *binding.Binding, c Call) (any,
 	if err != nil {
 		return nil, err
 	}
-	return protocol.DecodeResult(c.Operation, raw)
+	return op.Decode(raw)
 }
 
 // Handshake revalidates rec, runs the handshake ([PROTO-1], [PROTO-2]) and

@@ -16,6 +16,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter/wire"
 )
@@ -41,15 +42,13 @@ func bound(t *testing.T, timeoutMS int64, consents ...string) *fixture {
 	return &fixture{h: h, b: b, state: h.ExtensionState("org.example.fake")}
 }
 
-func (f *fixture) poll(t *testing.T, mode string) (any, error) {
+func (f *fixture) poll(t *testing.T, mode string) (*wire.PollResult, error) {
 	t.Helper()
 	if err := testpkg.SetMode(f.state, "invoke", mode); err != nil {
 		t.Fatal(err)
 	}
-	return host.Invoke(context.Background(), f.h, f.b, host.Call{
-		Adapter: "fake", Operation: wire.OpPoll,
-		Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
-	})
+	return host.Invoke(context.Background(), f.h, f.b, host.Poll,
+		wire.PollInput{SourceID: "src", ConfigRef: "main"}, host.Call{Adapter: "fake"})
 }
 
 // [PROTO-3],[PROTO-4],[INV-4],[GRP-2] every hostile response is refused with
@@ -58,7 +57,7 @@ func (f *fixture) poll(t *testing.T, mode string) (any, error) {
 func TestInvokeHostileResponses(t *testing.T) {
 	f := bound(t, 20000)
 	res, err := f.poll(t, "good")
-	if err != nil || res.(*wire.PollResult).Output != "hello from fake" {
+	if err != nil || res.Output != "hello from fake" {
 		t.Fatalf("good poll: %v %v", res, err)
 	}
 	cases := []struct {
@@ -139,10 +138,8 @@ func TestInvokeLeakedChild(t *testing.T) {
 func TestRequestOversized(t *testing.T) {
 	f := bound(t, 20000)
 	before, _ := os.ReadFile(filepath.Join(f.state, "requests"))
-	_, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-		Adapter: "fake", Operation: wire.OpClassify,
-		Input: wire.ResultInput{SourceID: "src", Sequence: 1, Content: strings.Repeat("\x01", wire.MaxContentBytes)},
-	})
+	_, err := host.Invoke(context.Background(), f.h, f.b, host.Classify,
+		wire.ResultInput{SourceID: "src", Sequence: 1, Content: strings.Repeat("\x01", wire.MaxContentBytes)}, host.Call{Adapter: "fake"})
 	if errcode.Of(err) != errcode.RequestOversized {
 		t.Fatalf("got %v", err)
 	}
@@ -187,8 +184,8 @@ func TestInvokeStaleBinding(t *testing.T) {
 	f := bound(t, 20000)
 	stale := *f.b
 	stale.Digest = "sha256:" + strings.Repeat("0", 64)
-	_, err := host.Invoke(context.Background(), f.h, &stale, host.Call{Adapter: "fake", Operation: wire.OpSilent,
-		Input: wire.ResultInput{SourceID: "s", Sequence: 1, Content: "x"}})
+	_, err := host.Invoke(context.Background(), f.h, &stale, host.Silent,
+		wire.ResultInput{SourceID: "s", Sequence: 1, Content: "x"}, host.Call{Adapter: "fake"})
 	if errcode.Of(err) != errcode.IntegrityMismatch {
 		t.Fatalf("got %v", err)
 	}
@@ -198,12 +195,8 @@ func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return !strings.HasPrefix(string(stat[i+1:]), " Z")
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != 'Z'
 }
 
 func assertNoRecords(t *testing.T, h *home.Home) {

@@ -73,7 +73,7 @@ process.stdin.on("end", () => {
 func TestScriptAdaptersRunThroughDescriptor(t *testing.T) {
 	f := bound(t, 20000)
 	res, err := f.poll(t, "good")
-	if err != nil || res.(*wire.PollResult).Output != "hello from fake" {
+	if err != nil || res.Output != "hello from fake" {
 		t.Fatalf("sh adapter: %v %v", res, err)
 	}
 	for interp, files := range interpreterAdapters {
@@ -114,14 +114,12 @@ func TestScriptAdaptersRunThroughDescriptor(t *testing.T) {
 			if err != nil {
 				t.Fatalf("bind: %v", err)
 			}
-			res, err := host.Invoke(context.Background(), h, b, host.Call{
-				Adapter: "a", Operation: wire.OpPoll,
-				Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
-			})
+			res, err := host.Invoke(context.Background(), h, b, host.Poll,
+				wire.PollInput{SourceID: "src", ConfigRef: "main"}, host.Call{Adapter: "a"})
 			if err != nil {
 				t.Fatalf("poll: %v", err)
 			}
-			if out := res.(*wire.PollResult).Output; out != interp+" /dev/fd/3" {
+			if out := res.Output; out != interp+" /dev/fd/3" {
 				t.Errorf("poll answered %q", out)
 			}
 		})

@@ -135,13 +135,13 @@ func BenchmarkInvoke(b *testing.B) {
 			b.Fatalf("bare %s: %v %v", verb, st, err)
 		}
 	}
-	call := host.Call{Adapter: "floor", Operation: wire.OpPoll, Input: wire.PollInput{SourceID: "bench", ConfigRef: "bench"}}
+	call, in := host.Call{Adapter: "floor"}, wire.PollInput{SourceID: "bench", ConfigRef: "bench"}
 	var fm, floor []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		res, err := host.Invoke(context.Background(), h, bd, call)
+		res, err := host.Invoke(context.Background(), h, bd, host.Poll, in, call)
 		t1 := time.Now()
-		if err != nil || res.(*wire.PollResult).Status != "no-result" {
+		if err != nil || res.Status != "no-result" {
 			b.Fatalf("invoke: %v %v", res, err)
 		}
 		bare("handshake", hs)

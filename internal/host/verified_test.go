@@ -77,10 +77,8 @@ func TestSameBytesReplacementDuringCallRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		_, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-			Adapter: "fake", Operation: wire.OpPoll,
-			Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
-		})
+		_, err := host.Invoke(context.Background(), f.h, f.b, host.Poll,
+			wire.PollInput{SourceID: "src", ConfigRef: "main"}, host.Call{Adapter: "fake"})
 		done <- err
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -138,11 +136,9 @@ func TestSwapperNeverRunsReplacement(t *testing.T) {
 				if verb == "handshake" {
 					return host.Handshake(context.Background(), f.h, &f.b.Record, f.b.Digest)
 				}
-				res, err := host.Invoke(context.Background(), f.h, f.b, host.Call{
-					Adapter: "fake", Operation: wire.OpPoll,
-					Input: wire.PollInput{SourceID: "src", ConfigRef: "main"},
-				})
-				if err == nil && res.(*wire.PollResult).Output != "hello from fake" {
+				res, err := host.Invoke(context.Background(), f.h, f.b, host.Poll,
+					wire.PollInput{SourceID: "src", ConfigRef: "main"}, host.Call{Adapter: "fake"})
+				if err == nil && res.Output != "hello from fake" {
 					t.Fatalf("an answer that is not the verified entrypoint's: %+v", res)
 				}
 				return err

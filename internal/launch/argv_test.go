@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // argvSpec is a Spec that runs /bin/sh -c script (with $0 = "arg0") through
@@ -57,7 +58,7 @@ func TestArgvAnswersAndLeftovers(t *testing.T) {
 	}
 	data, _ := os.ReadFile(report)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	if st, err := readStat(pid); pid <= 0 || (err == nil && !st.dead()) {
+	if st, err := procstat.Read(pid); pid <= 0 || (err == nil && !st.Dead()) {
 		t.Fatalf("the leftover %d still runs", pid)
 	}
 	s.StopLeftovers = false
@@ -87,11 +88,11 @@ func TestReapOrphans(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		st, err := readStat(pid)
+		st, err := procstat.Read(pid)
 		if err != nil {
 			t.Fatalf("the escaped process %d vanished without being reaped here: %v", pid, err)
 		}
-		if st.dead() && st.ppid == os.Getpid() {
+		if st.Dead() && st.PPID == os.Getpid() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -102,7 +103,7 @@ func TestReapOrphans(t *testing.T) {
 	if n := ReapOrphans(); n < 1 {
 		t.Fatalf("ReapOrphans reaped %d", n)
 	}
-	if _, err := readStat(pid); err != errNoProcess {
+	if _, err := procstat.Read(pid); err != procstat.ErrNoProcess {
 		t.Fatalf("the zombie %d was not reaped: %v", pid, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // PIDAlive reports whether a process with this pid runs now (a zombie does
@@ -16,22 +17,23 @@ func PIDAlive(pid int) (bool, error) {
 	if pid <= 0 {
 		return false, nil
 	}
-	st, err := readStat(pid)
-	if errors.Is(err, errNoProcess) {
+	st, err := procstat.Read(pid)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return false, nil
 	}
 	if err != nil {
 		return false, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
 	}
-	return !st.dead(), nil
+	return !st.Dead(), nil
 }
 
 // IsRecordName reports whether name is one fm writes in an invocation
-// records directory: an owner record <64 hex>.owner.json or the temporary
-// file .<64 hex>.<pid>-<start>.tmp of one. Anything else there was written
+// records directory: an owner record <hex>.owner.json (80 hex digits, or 64
+// as versions before the source index named them) or the temporary file
+// .<hex>.<pid>-<start>.tmp of one. Anything else there was written
 // by someone else (the earlier Firstmate implementation's records, for
 // instance), and the listing refuses it.
 func IsRecordName(name string) bool {
-	_, temp := parseTempName(name)
+	_, _, temp := parseTempName(name)
 	return recordHex(name) != "" || temp
 }

@@ -167,7 +167,7 @@ func (g *group) gone() (bool, error) {
 		return false, err
 	}
 	for _, m := range ms {
-		if !m.dead() {
+		if !m.Dead() {
 			return false, nil
 		}
 	}
@@ -191,9 +191,9 @@ func (g *group) sweep() (live, reaped int, err error) {
 	self := os.Getpid()
 	for _, m := range ms {
 		switch {
-		case !m.dead():
+		case !m.Dead():
 			live++
-		case m.pid != g.pgid && m.ppid == self:
+		case m.pid != g.pgid && m.PPID == self:
 			if p, _ := unix.Wait4(m.pid, nil, unix.WNOHANG|unix.WALL, nil); p == m.pid {
 				reaped++
 			}

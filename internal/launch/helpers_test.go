@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -93,7 +94,7 @@ func helper(mode string) int {
 		fmt.Print("ok")
 	case "zombie-orphan": // leaves an exited, unreaped child behind
 		pid := spawn("orphan", false, false, false, "quick")
-		for st, err := readStat(pid); err == nil && !st.dead(); st, err = readStat(pid) {
+		for st, err := procstat.Read(pid); err == nil && !st.Dead(); st, err = procstat.Read(pid) {
 			time.Sleep(time.Millisecond)
 		}
 		report("leader")
@@ -201,12 +202,12 @@ func exe() string {
 // report publishes the calling process's exact identity as <report>/<role>.
 func report(role string) {
 	dir := os.Getenv(envReport)
-	st, err := readStat(os.Getpid())
+	st, err := procstat.Read(os.Getpid())
 	if err != nil {
 		panic(err)
 	}
 	tmp := filepath.Join(dir, "."+role)
-	data := fmt.Sprintf("%d %d", os.Getpid(), st.start)
+	data := fmt.Sprintf("%d %d", os.Getpid(), st.Start)
 	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
 		panic(err)
 	}
@@ -272,7 +273,7 @@ func checkOwnRecord() error {
 		return fmt.Errorf("want exactly one record, got %d (%v)", len(recs), err)
 	}
 	r := recs[0]
-	me, err := readStat(os.Getpid())
+	me, err := procstat.Read(os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -280,12 +281,12 @@ func checkOwnRecord() error {
 	switch {
 	case r.Phase != PhaseGroup:
 		return fmt.Errorf("phase %q", r.Phase)
-	case *r.GroupPID != os.Getpid() || me.pgid != os.Getpid():
-		return fmt.Errorf("group %d, pid %d, pgid %d", *r.GroupPID, os.Getpid(), me.pgid)
-	case *r.Leader != Identity{PID: os.Getpid(), StartTime: me.start, BootID: boot}:
+	case *r.GroupPID != os.Getpid() || me.PGID != os.Getpid():
+		return fmt.Errorf("group %d, pid %d, pgid %d", *r.GroupPID, os.Getpid(), me.PGID)
+	case *r.Leader != Identity{PID: os.Getpid(), StartTime: me.Start, BootID: boot}:
 		return fmt.Errorf("leader %+v", *r.Leader)
-	case r.SessionID == nil || *r.SessionID != me.sid || me.sid == os.Getpid():
-		return fmt.Errorf("session %v, own session %d, pid %d", r.SessionID, me.sid, os.Getpid())
+	case r.SessionID == nil || *r.SessionID != me.SID || me.SID == os.Getpid():
+		return fmt.Errorf("session %v, own session %d, pid %d", r.SessionID, me.SID, os.Getpid())
 	case r.Host.PID != os.Getppid() || !r.HostLive:
 		return fmt.Errorf("host %+v, parent %d, live %v", r.Host, os.Getppid(), r.HostLive)
 	case r.ExtensionID != testOwner.ExtensionID || r.BindingDigest != testOwner.BindingDigest ||
@@ -326,8 +327,8 @@ func reportChildren() {
 		b, _ := os.ReadFile(task)
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
-			if st, err := readStat(pid); err == nil {
-				lines = append(lines, fmt.Sprintf("%d %d", pid, st.start))
+			if st, err := procstat.Read(pid); err == nil {
+				lines = append(lines, fmt.Sprintf("%d %d", pid, st.Start))
 			}
 		}
 	}

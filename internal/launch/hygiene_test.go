@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // procState is what a test reads of a running process from outside it, so
@@ -273,17 +274,17 @@ func TestCleanupSparesForeignSession(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	pid := cmd.Process.Pid
 	awaitComm(t, pid, "sleep")
-	st, err := readStat(pid)
-	if err != nil || st.sid != pid {
+	st, err := procstat.Read(pid)
+	if err != nil || st.SID != pid {
 		t.Fatalf("setsid sleep: %+v %v", st, err)
 	}
 	boot, _ := bootID()
-	sleeper := Identity{PID: pid, StartTime: st.start, BootID: boot}
-	self, err := readStat(os.Getpid())
+	sleeper := Identity{PID: pid, StartTime: st.Start, BootID: boot}
+	self, err := procstat.Read(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ownSession, sleepSession := self.sid, pid
+	ownSession, sleepSession := self.SID, pid
 	t.Run("session-leader-its-own-session", func(t *testing.T) { spared(t, f, sleeper, &sleepSession) })
 	t.Run("session-leader-our-session", func(t *testing.T) { spared(t, f, sleeper, &ownSession) })
 	t.Run("no-session-recorded", func(t *testing.T) { spared(t, f, sleeper, nil) })
@@ -377,11 +378,11 @@ func TestCleanupSparesItsOwnGroup(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	cleaner := f.reported(t, "cleaner")
-	self, err := readStat(os.Getpid())
+	self, err := procstat.Read(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := fabricateSession(t, f.records, Record{Host: deadIdentity(t), Leader: &cleaner}, &self.sid)
+	path := fabricateSession(t, f.records, Record{Host: deadIdentity(t), Leader: &cleaner}, &self.SID)
 	if err := os.WriteFile(filepath.Join(f.reports, "go"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

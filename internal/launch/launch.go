@@ -38,9 +38,10 @@
 // left names an extinct boot and Cleanup clears it (the "other boot id" row of
 // its table). What a crash can leave that a process death cannot is a record
 // file that is empty or torn (it was never written back); to recognise those
-// without reading them, a record's name starts with the 32 hex digits of the
-// boot id it was written in, and readers skip, and Cleanup removes, an
-// unreadable record named for another boot. Removal is a plain unlink for the
+// without reading them, a record's name carries the 32 hex digits of the
+// boot id it was written in (after its source key, see sourceKey), and
+// readers skip, and Cleanup removes, an unreadable record named for another
+// boot. Removal is a plain unlink for the
 // same reason: a record that reappears after a crash names an earlier boot.
 // Dropping the fsyncs (two per record write, one per removal: ten per
 // process-event call) took 4 to 10 ms off every call on the reference
@@ -111,6 +112,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Owner says who an invocation is for; it is written into the owner record.
@@ -268,7 +270,7 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	name, err := newRecordName()
+	name, err := newRecordName(s.Owner.SourceID)
 	if err != nil {
 		dir.close()
 		return nil, err
@@ -302,18 +304,18 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	step("started")
 	p := &Pending{s: s, dir: dir, name: name, inv: inv}
 
-	st, err := readStat(inv.g.pgid)
+	st, err := procstat.Read(inv.g.pgid)
 	switch {
 	case err != nil:
 		err = errcode.Wrap(errcode.Internal, err, "read the identity of launch barrier %d", inv.g.pgid)
-	case st.pgid != inv.g.pgid:
-		err = errcode.New(errcode.Internal, "launch barrier %d is in process group %d, not its own", inv.g.pgid, st.pgid)
-	case st.sid == inv.g.pgid:
+	case st.PGID != inv.g.pgid:
+		err = errcode.New(errcode.Internal, "launch barrier %d is in process group %d, not its own", inv.g.pgid, st.PGID)
+	case st.SID == inv.g.pgid:
 		err = errcode.New(errcode.Internal, "launch barrier %d leads a session", inv.g.pgid)
 	default:
-		pgid, sid := inv.g.pgid, st.sid
+		pgid, sid := inv.g.pgid, st.SID
 		rec.Phase, rec.GroupPID, rec.SessionID = PhaseGroup, &pgid, &sid
-		rec.Leader = &Identity{PID: pgid, StartTime: st.start, BootID: boot}
+		rec.Leader = &Identity{PID: pgid, StartTime: st.Start, BootID: boot}
 		err = dir.write(name, rec)
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // fixture is one test's state directory, records directory and report
@@ -85,8 +86,8 @@ func assertGone(t *testing.T, what string, id Identity) {
 // reaped it.
 func assertReaped(t *testing.T, what string, id Identity) {
 	t.Helper()
-	if st, err := readStat(id.PID); err == nil && st.start == id.StartTime {
-		t.Errorf("%s (pid %d) was not reaped (state %c)", what, id.PID, st.state)
+	if st, err := procstat.Read(id.PID); err == nil && st.Start == id.StartTime {
+		t.Errorf("%s (pid %d) was not reaped (state %c)", what, id.PID, st.State)
 	}
 }
 
@@ -98,8 +99,8 @@ func assertGroupGone(t *testing.T, pgid int) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if !m.dead() {
-			t.Errorf("process %d of group %d is alive (state %c)", m.pid, pgid, m.state)
+		if !m.Dead() {
+			t.Errorf("process %d of group %d is alive (state %c)", m.pid, pgid, m.State)
 		}
 	}
 }
@@ -111,12 +112,12 @@ func reapOrphans(t *testing.T, ids ...Identity) {
 	for _, id := range ids {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			st, err := readStat(id.PID)
-			if err != nil || st.start != id.StartTime {
+			st, err := procstat.Read(id.PID)
+			if err != nil || st.Start != id.StartTime {
 				break
 			}
-			if st.dead() {
-				if st.ppid == os.Getpid() {
+			if st.Dead() {
+				if st.PPID == os.Getpid() {
 					unix.Wait4(id.PID, nil, unix.WNOHANG|unix.WALL, nil)
 				}
 				break
@@ -141,7 +142,7 @@ func reapGroup(t *testing.T, leader Identity) {
 	}
 	for _, m := range ms {
 		if m.pid != leader.PID {
-			reapOrphans(t, Identity{PID: m.pid, StartTime: m.start})
+			reapOrphans(t, Identity{PID: m.pid, StartTime: m.Start})
 		}
 	}
 	reapOrphans(t, leader)
@@ -520,7 +521,7 @@ func fabricate(t *testing.T, records string, rec Record) string {
 		t.Fatal(err)
 	}
 	defer d.close()
-	name, err := newRecordName()
+	name, err := newRecordName(rec.SourceID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,13 +548,13 @@ func deadIdentity(t *testing.T) Identity {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := readStat(cmd.Process.Pid)
+	st, err := procstat.Read(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
 	boot, _ := bootID()
-	return Identity{PID: cmd.Process.Pid, StartTime: st.start, BootID: boot}
+	return Identity{PID: cmd.Process.Pid, StartTime: st.Start, BootID: boot}
 }
 
 // [GRP-3] [GRP-4]: a record whose leader pid now belongs to a different,
@@ -685,13 +686,18 @@ func TestCleanupDecisionTable(t *testing.T) {
 		f := newFixture(t)
 		path := fabricate(t, f.records, Record{Host: dead, Leader: &dead})
 		name := filepath.Base(path)
-		if !strings.HasPrefix(name, strings.ReplaceAll(dead.BootID, "-", "")) {
-			t.Fatalf("record name %s does not start with the boot id %s", name, dead.BootID)
+		if name[16:48] != strings.ReplaceAll(dead.BootID, "-", "") {
+			t.Fatalf("record name %s does not carry the boot id %s after its source key", name, dead.BootID)
 		}
-		earlier := filepath.Join(f.records, strings.ReplaceAll(otherBoot.BootID, "-", "")+name[32:])
+		other := strings.ReplaceAll(otherBoot.BootID, "-", "")
+		// Both name forms: with a source key, and without (fm before the
+		// source index), which starts with the boot id.
+		earlier := []string{filepath.Join(f.records, name[:16]+other+name[48:]), filepath.Join(f.records, other+name[48:])}
 		for _, torn := range []string{"", `{"schema":"firstmate.ext`} {
-			if err := os.WriteFile(earlier, []byte(torn), 0o600); err != nil {
-				t.Fatal(err)
+			for _, e := range earlier {
+				if err := os.WriteFile(e, []byte(torn), 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			recs, err := List(f.records)
 			if err != nil || len(recs) != 1 || recs[0].Path != path {
@@ -704,8 +710,10 @@ func TestCleanupDecisionTable(t *testing.T) {
 		if n, err := Cleanup(f.records, func(r Record) bool { return false }); n != 0 || err != nil {
 			t.Fatalf("Cleanup = %d, %v", n, err)
 		}
-		if _, err := os.Stat(earlier); !errors.Is(err, os.ErrNotExist) {
-			t.Error("torn record of an earlier boot kept")
+		for _, e := range earlier {
+			if _, err := os.Stat(e); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("torn record of an earlier boot kept: %s", e)
+			}
 		}
 		if _, err := os.Stat(path); err != nil {
 			t.Error("unselected record removed")

@@ -3,16 +3,14 @@ package launch
 import (
 	"bytes"
 	"errors"
-	"io/fs"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Identity names one process exactly: its pid, its kernel start time (field
@@ -22,67 +20,6 @@ type Identity struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
 	BootID    string `json:"boot_id"`
-}
-
-// procStat is what the host reads from /proc/<pid>/stat.
-type procStat struct {
-	state   byte
-	ppid    int
-	pgid    int
-	sid     int // session id
-	threads int
-	start   uint64
-}
-
-// dead reports whether the process has exited. A zombie counts as dead only
-// when no thread of it is left: a thread-group leader whose main thread called
-// pthread_exit shows state Z while its other threads still run.
-func (s procStat) dead() bool {
-	return (s.state == 'Z' || s.state == 'X') && s.threads <= 1
-}
-
-// errNoProcess means /proc has no entry for the pid: the process is gone
-// (reaped) or never existed.
-var errNoProcess = errors.New("no such process")
-
-// readStat reads /proc/<pid>/stat. A process that vanishes while it is read
-// is errNoProcess.
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return procStat{}, errNoProcess
-		}
-		return procStat{}, err
-	}
-	return parseStat(b)
-}
-
-// parseStat parses a stat line. The command name (field 2) is parenthesised
-// and may itself contain spaces and ')', so fields are counted from the last
-// ')'.
-func parseStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, errors.New("malformed /proc stat line")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); field n is f[n-3].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, errors.New("malformed /proc stat line")
-	}
-	var s procStat
-	var err [5]error
-	s.state = f[0][0]
-	s.ppid, err[0] = strconv.Atoi(f[1])
-	s.pgid, err[1] = strconv.Atoi(f[2])
-	s.sid, err[4] = strconv.Atoi(f[3])
-	s.threads, err[2] = strconv.Atoi(f[17])
-	s.start, err[3] = strconv.ParseUint(f[19], 10, 64)
-	if e := errors.Join(err[:]...); e != nil {
-		return procStat{}, errors.New("malformed /proc stat line")
-	}
-	return s, nil
 }
 
 // bootID is this boot's /proc/sys/kernel/random/boot_id.
@@ -128,11 +65,11 @@ var selfIdentity = sync.OnceValues(func() (Identity, error) {
 		return Identity{}, err
 	}
 	pid := os.Getpid()
-	st, err := readStat(pid)
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return Identity{}, errcode.Wrap(errcode.Internal, err, "read own process identity")
 	}
-	return Identity{PID: pid, StartTime: st.start, BootID: boot}, nil
+	return Identity{PID: pid, StartTime: st.Start, BootID: boot}, nil
 })
 
 // alive reports whether the exact process named by id still runs: same boot,
@@ -145,20 +82,20 @@ func alive(id Identity) (bool, error) {
 	if id.BootID != boot {
 		return false, nil
 	}
-	st, err := readStat(id.PID)
-	if errors.Is(err, errNoProcess) {
+	st, err := procstat.Read(id.PID)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return false, nil
 	}
 	if err != nil {
 		return false, errcode.Wrap(errcode.Internal, err, "read process %d", id.PID)
 	}
-	return st.start == id.StartTime && !st.dead(), nil
+	return st.Start == id.StartTime && !st.Dead(), nil
 }
 
 // member is one process whose process group id is the one asked for.
 type member struct {
 	pid int
-	procStat
+	procstat.Stat
 }
 
 // members lists the processes whose pgid is exactly pgid, read from
@@ -213,14 +150,14 @@ func members(pgid int) ([]member, error) {
 			if err != nil {
 				return nil, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
 			}
-			if g, ok := statPGID(line); ok && g != pgid {
+			if g, ok := procstat.PGID(line); ok && g != pgid {
 				continue
 			}
-			st, err := parseStat(line)
+			st, err := procstat.Parse(line)
 			if err != nil {
 				return nil, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
 			}
-			if st.pgid == pgid {
+			if st.PGID == pgid {
 				out = append(out, member{pid, st})
 			}
 		}
@@ -264,30 +201,4 @@ func readAt(dir int, path []byte, buf []byte) ([]byte, error) {
 		}
 		return buf[:n], nil
 	}
-}
-
-// statPGID returns field 5 (pgid) of a stat line without allocating; false
-// if the line is not understood (the caller then parses it in full and
-// reports the error).
-func statPGID(b []byte) (int, bool) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	b = b[i+1:]
-	// " S ppid pgid ...": skip two fields to reach pgid.
-	for range 2 {
-		b = bytes.TrimLeft(b, " ")
-		j := bytes.IndexByte(b, ' ')
-		if j < 0 {
-			return 0, false
-		}
-		b = b[j:]
-	}
-	b = bytes.TrimLeft(b, " ")
-	if j := bytes.IndexByte(b, ' '); j >= 0 {
-		b = b[:j]
-	}
-	n, err := strconv.Atoi(string(b))
-	return n, err == nil
 }

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"firstmate.dev/fm/internal/procstat"
 	"os"
 	"strconv"
 	"strings"
@@ -56,11 +57,11 @@ func ReapOrphans() int {
 			if _, leader := leaders.Load(pid); leader {
 				continue
 			}
-			st, err := readStat(pid)
-			if err != nil || !st.dead() {
+			st, err := procstat.Read(pid)
+			if err != nil || !st.Dead() {
 				continue // gone, or still running
 			}
-			if _, ours := supervised.Load(st.pgid); ours {
+			if _, ours := supervised.Load(st.PGID); ours {
 				continue // a member of a group a Run is proving gone: its sweep reaps it
 			}
 			// WNOHANG: a child that is still running is left alone.

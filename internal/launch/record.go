@@ -1,8 +1,8 @@
 package launch
 
 import (
-	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"os"
@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -34,10 +33,14 @@ const (
 )
 
 // Record is one owner record, <records>/<hex>.owner.json: canonical JSON, mode
-// 0600, in a private 0700 directory [GRP-1]. <hex> is 64 lower-case hex
-// digits: the boot id's 32 (see bootPrefix), then 32 of fresh randomness, not
-// derived from the request id: a retry reuses its request id [RID-1] and may
-// overlap a dying earlier attempt, and each attempt needs its own record.
+// 0600, in a private 0700 directory [GRP-1], written and read by the strict
+// JSON path (strictjson.Canonical, strictjson.Decode) and nothing else. <hex>
+// is 80 lower-case hex digits: 16 that index the record by its source (see
+// sourceKey), the boot id's 32 (see bootPrefix), then 32 of fresh randomness,
+// not derived from the request id: a retry reuses its request id [RID-1] and
+// may overlap a dying earlier attempt, and each attempt needs its own record.
+// Versions of fm before the index named records <boot><random> (64 hex
+// digits); such a record may be of any source, and every listing reads it.
 type Record struct {
 	Schema string `json:"schema"` // RecordSchema
 	Phase  string `json:"phase"`  // PhaseReserved or PhaseGroup
@@ -65,213 +68,6 @@ type Record struct {
 	// HostLive reports that Host was alive when the record was read: the
 	// record belongs to a live invocation. It is not stored.
 	HostLive bool `json:"-"`
-}
-
-// encode returns rec's canonical JSON, the bytes strictjson.Canonical
-// gives. Every record is written twice on the path of every invocation, the
-// first time in a fresh process, where the reflective encoder first has to
-// learn the type; so when every string is plain printable ASCII (nothing to
-// escape) and every number an integer below 2^53, which is always the case
-// for the records fm writes, it is written directly, keys in bytewise order.
-// Otherwise strictjson.Canonical encodes it.
-func (r *Record) encode() ([]byte, error) {
-	plain := func(ss ...string) bool {
-		for _, s := range ss {
-			for i := 0; i < len(s); i++ {
-				if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	const exact = 1 << 53
-	small := func(id *Identity) bool {
-		return id == nil || (id.PID > -exact && id.PID < exact && id.StartTime < exact)
-	}
-	if !plain(r.BindingDigest, r.ExtensionID, r.Operation, r.Phase, r.RequestID, r.Schema, r.SourceID, r.Host.BootID) ||
-		(r.Leader != nil && !plain(r.Leader.BootID)) || !small(&r.Host) || !small(r.Leader) ||
-		r.CreatedAt <= -exact || r.CreatedAt >= exact || (r.GroupPID != nil && (*r.GroupPID <= -exact || *r.GroupPID >= exact)) ||
-		(r.SessionID != nil && (*r.SessionID <= -exact || *r.SessionID >= exact)) {
-		return strictjson.Canonical(r)
-	}
-	str := func(b []byte, key, v string) []byte {
-		b = append(b, '"')
-		b = append(b, key...)
-		b = append(b, `":"`...)
-		b = append(b, v...)
-		return append(b, '"')
-	}
-	identity := func(b []byte, key string, id *Identity) []byte {
-		b = append(b, '"')
-		b = append(b, key...)
-		b = append(b, `":`...)
-		if id == nil {
-			return append(b, "null"...)
-		}
-		b = str(append(b, '{'), "boot_id", id.BootID)
-		b = strconv.AppendInt(append(b, `,"pid":`...), int64(id.PID), 10)
-		b = strconv.AppendUint(append(b, `,"start_time":`...), id.StartTime, 10)
-		return append(b, '}')
-	}
-	b := make([]byte, 0, 640)
-	b = str(append(b, '{'), "binding_digest", r.BindingDigest)
-	b = strconv.AppendInt(append(b, `,"created_at":`...), r.CreatedAt, 10)
-	b = str(append(b, ','), "extension_id", r.ExtensionID)
-	b = append(b, `,"group_pid":`...)
-	if r.GroupPID == nil {
-		b = append(b, "null"...)
-	} else {
-		b = strconv.AppendInt(b, int64(*r.GroupPID), 10)
-	}
-	b = identity(append(b, ','), "host", &r.Host)
-	b = identity(append(b, ','), "leader", r.Leader)
-	b = str(append(b, ','), "operation", r.Operation)
-	b = str(append(b, ','), "phase", r.Phase)
-	b = str(append(b, ','), "request_id", r.RequestID)
-	b = str(append(b, ','), "schema", r.Schema)
-	b = append(b, `,"session_id":`...)
-	if r.SessionID == nil {
-		b = append(b, "null"...)
-	} else {
-		b = strconv.AppendInt(b, int64(*r.SessionID), 10)
-	}
-	b = str(append(b, ','), "source_id", r.SourceID)
-	return append(b, '}'), nil
-}
-
-// decodeCanonical parses a record in exactly the form encode writes, without
-// reflection: the records of every live invocation are read on every poll of
-// a busy serve. It reports false for anything else, which the strict decoder
-// then judges. It accepts only bytes equal to encode's output for the record
-// it parsed, and the strict decoder yields that same record from them.
-func decodeCanonical(data []byte) (Record, bool) {
-	var r Record
-	c := cursor{b: data, ok: true}
-	c.lit(`{"binding_digest":`)
-	r.BindingDigest = c.str()
-	c.lit(`,"created_at":`)
-	r.CreatedAt = c.num()
-	c.lit(`,"extension_id":`)
-	r.ExtensionID = c.str()
-	c.lit(`,"group_pid":`)
-	if !c.null() {
-		pid := int(c.num())
-		r.GroupPID = &pid
-	}
-	c.lit(`,"host":`)
-	r.Host = c.identity()
-	c.lit(`,"leader":`)
-	if !c.null() {
-		id := c.identity()
-		r.Leader = &id
-	}
-	c.lit(`,"operation":`)
-	r.Operation = c.str()
-	c.lit(`,"phase":`)
-	r.Phase = c.str()
-	c.lit(`,"request_id":`)
-	r.RequestID = c.str()
-	c.lit(`,"schema":`)
-	r.Schema = c.str()
-	c.lit(`,"session_id":`)
-	if !c.null() {
-		sid := int(c.num())
-		r.SessionID = &sid
-	}
-	c.lit(`,"source_id":`)
-	r.SourceID = c.str()
-	c.lit(`}`)
-	if !c.ok || len(c.b) != 0 {
-		return Record{}, false
-	}
-	if enc, err := r.encode(); err != nil || !bytes.Equal(enc, data) {
-		return Record{}, false
-	}
-	return r, true
-}
-
-// cursor scans canonical record bytes; any surprise clears ok.
-type cursor struct {
-	b  []byte
-	ok bool
-}
-
-func (c *cursor) lit(s string) {
-	if c.ok && bytes.HasPrefix(c.b, []byte(s)) {
-		c.b = c.b[len(s):]
-		return
-	}
-	c.ok = false
-}
-
-func (c *cursor) null() bool {
-	if c.ok && bytes.HasPrefix(c.b, []byte("null")) {
-		c.b = c.b[4:]
-		return true
-	}
-	return false
-}
-
-// str reads a string of plain printable ASCII without escapes.
-func (c *cursor) str() string {
-	if !c.ok || len(c.b) == 0 || c.b[0] != '"' {
-		c.ok = false
-		return ""
-	}
-	for i := 1; i < len(c.b); i++ {
-		switch ch := c.b[i]; {
-		case ch == '"':
-			s := string(c.b[1:i])
-			c.b = c.b[i+1:]
-			return s
-		case ch < 0x20 || ch > 0x7e || ch == '\\':
-			c.ok = false
-			return ""
-		}
-	}
-	c.ok = false
-	return ""
-}
-
-// num reads an optionally negative decimal integer; encode's re-check
-// refuses any form it would not write (leading zeros, "-0", ...).
-func (c *cursor) num() int64 {
-	i := 0
-	if i < len(c.b) && c.b[i] == '-' {
-		i++
-	}
-	j := i
-	for j < len(c.b) && '0' <= c.b[j] && c.b[j] <= '9' {
-		j++
-	}
-	if !c.ok || j == i || j-i > 18 {
-		c.ok = false
-		return 0
-	}
-	n, err := strconv.ParseInt(string(c.b[:j]), 10, 64)
-	if err != nil {
-		c.ok = false
-		return 0
-	}
-	c.b = c.b[j:]
-	return n
-}
-
-func (c *cursor) identity() Identity {
-	var id Identity
-	c.lit(`{"boot_id":`)
-	id.BootID = c.str()
-	c.lit(`,"pid":`)
-	id.PID = int(c.num())
-	c.lit(`,"start_time":`)
-	if n := c.num(); n >= 0 {
-		id.StartTime = uint64(n)
-	} else {
-		c.ok = false
-	}
-	c.lit(`}`)
-	return id
 }
 
 // validate checks a record's values beyond its JSON shape.
@@ -356,9 +152,11 @@ var recordDirRule = fsutil.DirRule{What: "invocation records directory", Perm: f
 
 func (d *recordDir) close() { d.dir.Close() }
 
-// newRecordName returns a fresh "<64 hex>.owner.json": the 32 hex digits of
-// this boot's id (see bootPrefix), then 32 of fresh randomness.
-func newRecordName() (string, error) {
+// newRecordName returns a fresh "<80 hex>.owner.json" for a record of
+// source id (sourceID "" for an invocation that serves no source): the 16
+// hex digits of its sourceKey, the 32 of this boot's id (see bootPrefix),
+// then 32 of fresh randomness.
+func newRecordName(sourceID string) (string, error) {
 	boot, err := bootID()
 	if err != nil {
 		return "", err
@@ -367,55 +165,103 @@ func newRecordName() (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "random record name")
 	}
-	return bootPrefix(boot) + hex.EncodeToString(b[:]) + recordSuffix, nil
+	return sourceKey(sourceID) + bootPrefix(boot) + hex.EncodeToString(b[:]) + recordSuffix, nil
 }
 
-// bootPrefix is how a record name starts when the record was written in the
-// boot with id boot: its 32 hex digits without dashes. A record whose name
-// starts otherwise was written in an earlier boot (or by a version of fm that
-// did not name records so), and nothing of an earlier boot still runs.
+// sourceKey is how the name of a record of source id starts: 16 hex digits
+// of the SHA-256 of id. A poll lists only the records whose name starts
+// with its source's key (and those of the earlier, unkeyed form), instead of
+// every record of the home: in a serve with hundreds of sources that was one
+// read (or stat) of every in-flight record per poll, and the reason records
+// once had a hand-written codec. The key is an index, not an identity: two
+// sources may share one (2^-64 per pair), so a listing still selects by the
+// record's own source_id.
+func sourceKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:8])
+}
+
+// bootPrefix is the part of a record name that names the boot the record
+// was written in: the boot id's 32 hex digits without dashes. A record
+// whose name names another boot was written in an earlier boot (or by a
+// version of fm that did not name records so), and nothing of an earlier
+// boot still runs.
 func bootPrefix(boot string) string { return strings.ReplaceAll(boot, "-", "") }
 
-// recordHex returns the <hex> of a record file name, or "" if name is not
-// one.
+// The two forms of a record's <hex>: keyed (this version) and unkeyed
+// (versions before the source index).
+const (
+	keyedHex   = 80
+	unkeyedHex = 64
+	keyHex     = 16
+)
+
+// recordHex returns the <hex> of a record file name of either form, or "" if
+// name is not one.
 func recordHex(name string) string {
 	h, ok := strings.CutSuffix(name, recordSuffix)
-	if !ok || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+	if len(h) != keyedHex && len(h) != unkeyedHex || !ok || strings.Trim(h, "0123456789abcdef") != "" {
 		return ""
 	}
 	return h
 }
 
+// nameBoot returns the boot part of a record's <hex> h (see bootPrefix).
+func nameBoot(h string) string {
+	if len(h) == keyedHex {
+		h = h[keyHex:]
+	}
+	return h[:32]
+}
+
+// scope selects the record names a listing looks at: those whose source
+// key is key, and every unkeyed one, whose source only its content tells;
+// with key "", every record.
+type scope struct{ key string }
+
+// everyRecord is the scope of every record.
+var everyRecord = scope{}
+
+// sourceScope is the scope of the records of source id.
+func sourceScope(id string) scope { return scope{key: sourceKey(id)} }
+
+// has reports whether the record <hex> h is in the scope.
+func (sc scope) has(h string) bool {
+	return sc.key == "" || len(h) == unkeyedHex || h[:keyHex] == sc.key
+}
+
 // tempName is the temporary file a record is written to before it is renamed
-// into place: ".<hex>.<host pid>-<host start time>.tmp". The host identity in
-// the name lets Cleanup delete a temporary file whose writer is dead without
+// into place: ".<hex>.<host pid>-<host start time>.tmp", <hex> the record's
+// (so a temporary file is in its record's scope). The host identity in the
+// name lets Cleanup delete a temporary file whose writer is dead without
 // reading it (it may be partial). Temporary files carry no ownership: package
 // code is released only after the record itself is renamed into place.
 func tempName(record string, host Identity) string {
 	return "." + recordHex(record) + "." + strconv.Itoa(host.PID) + "-" + strconv.FormatUint(host.StartTime, 10) + tempSuffix
 }
 
-// parseTempName returns the writer of a temporary file name.
-func parseTempName(name string) (Identity, bool) {
+// parseTempName returns the writer of a temporary file name and the <hex> of
+// its record.
+func parseTempName(name string) (writer Identity, record string, ok bool) {
 	rest, ok := strings.CutPrefix(name, ".")
 	if !ok {
-		return Identity{}, false
+		return Identity{}, "", false
 	}
 	rest, ok = strings.CutSuffix(rest, tempSuffix)
 	if !ok {
-		return Identity{}, false
+		return Identity{}, "", false
 	}
 	h, owner, ok := strings.Cut(rest, ".")
 	if !ok || recordHex(h+recordSuffix) == "" {
-		return Identity{}, false
+		return Identity{}, "", false
 	}
 	p, s, ok := strings.Cut(owner, "-")
 	pid, err1 := strconv.Atoi(p)
 	start, err2 := strconv.ParseUint(s, 10, 64)
 	if !ok || err1 != nil || err2 != nil || pid <= 0 || strconv.Itoa(pid) != p || strconv.FormatUint(start, 10) != s {
-		return Identity{}, false
+		return Identity{}, "", false
 	}
-	return Identity{PID: pid, StartTime: start}, true
+	return Identity{PID: pid, StartTime: start}, h, true
 }
 
 // write publishes rec as name: write a temporary file, rename it over name.
@@ -425,49 +271,11 @@ func parseTempName(name string) (Identity, bool) {
 // touch. Nothing is fsynced; see "Records and durability" in the package
 // documentation for why that is the guarantee the record needs.
 func (d *recordDir) write(name string, rec *Record) error {
-	data, err := rec.encode()
+	data, err := strictjson.Canonical(rec)
 	if err != nil {
 		return err
 	}
-	if err := d.publish(tempName(name, rec.Host), name, data); err != nil {
-		return err
-	}
-	mine := ownRecord{rec: *rec}
-	mine.rec.Path = filepath.Join(d.path, name)
-	if unix.Fstatat(d.fd, name, &mine.st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-		own.Store(mine.rec.Path, mine)
-	}
-	return nil
-}
-
-// own holds the records this process wrote and has not removed, by path, with
-// the file's identity once published: list takes a record from here instead
-// of reading it back while the file at that name is still exactly the one
-// written (same inode, same change time; any write, chmod or rename of it
-// changes the latter). Every runner's pre-poll check lists the home's
-// records; in a serve with hundreds of sources, reading every one of them
-// back for every poll was most of its file reads.
-var own sync.Map // string -> ownRecord
-
-type ownRecord struct {
-	rec Record
-	st  unix.Stat_t
-}
-
-// mine returns the record at name if this process wrote it and the file is
-// unchanged since.
-func (d *recordDir) mine(name string) (Record, bool) {
-	v, ok := own.Load(filepath.Join(d.path, name))
-	if !ok {
-		return Record{}, false
-	}
-	o := v.(ownRecord)
-	var st unix.Stat_t
-	if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
-		st.Dev != o.st.Dev || st.Ino != o.st.Ino || st.Ctim != o.st.Ctim || st.Size != o.st.Size || st.Nlink != 1 {
-		return Record{}, false
-	}
-	return o.rec, true
+	return d.publish(tempName(name, rec.Host), name, data)
 }
 
 // publish writes data under the temporary name tmp and publishes it as
@@ -505,7 +313,6 @@ func (d *recordDir) removeErr(name string) error {
 // write, it does not fsync: a record that reappears after a machine crash
 // names an earlier boot, and Cleanup clears it.
 func (d *recordDir) remove(name string) (bool, error) {
-	own.Delete(filepath.Join(d.path, name))
 	removed, err := fsutil.UnlinkAt(d.dir, name)
 	if err != nil {
 		return false, errcode.Wrap(errcode.Internal, err, "remove invocation record %s", filepath.Join(d.path, name))
@@ -565,22 +372,26 @@ func (d *recordDir) readOnce(name string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec, ok := decodeCanonical(data)
-	if !ok {
-		if err := strictjson.Decode(data, maxRecord, path, &rec); err != nil {
-			return Record{}, err
-		}
+	var rec Record
+	if err := strictjson.Decode(data, maxRecord, path, &rec); err != nil {
+		return Record{}, err
 	}
 	if err := rec.validate(path); err != nil {
 		return Record{}, err
+	}
+	if h := recordHex(name); len(h) == keyedHex && h[:keyHex] != sourceKey(rec.SourceID) {
+		// Misplaced in the index, it would be hidden from its own
+		// source's polls: refused like any record that breaks a rule.
+		return Record{}, errcode.New(errcode.SchemaInvalid, "%s: invalid name (it does not carry the key of source_id %q)", path, rec.SourceID)
 	}
 	rec.Path = path
 	return rec, nil
 }
 
 // scan lists the records (sorted by name) and the temporary files of the
-// directory. Any other entry is refused: the directory is private to fm.
-func (d *recordDir) scan() (records, temps []string, err error) {
+// directory that are in sc. Any entry that is neither is refused, in or out
+// of sc: the directory is private to fm.
+func (d *recordDir) scan(sc scope) (records, temps []string, err error) {
 	// A fresh descriptor: a dup would share the directory offset.
 	dup, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -594,10 +405,14 @@ func (d *recordDir) scan() (records, temps []string, err error) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if recordHex(name) != "" {
-			records = append(records, name)
-		} else if _, ok := parseTempName(name); ok {
-			temps = append(temps, name)
+		if h := recordHex(name); h != "" {
+			if sc.has(h) {
+				records = append(records, name)
+			}
+		} else if _, h, ok := parseTempName(name); ok {
+			if sc.has(h) {
+				temps = append(temps, name)
+			}
 		} else {
 			return nil, nil, errcode.New(errcode.PathUnsafe, "unexpected entry %s in invocation records directory", filepath.Join(d.path, name))
 		}
@@ -613,20 +428,42 @@ func (d *recordDir) scan() (records, temps []string, err error) {
 // nothing of that boot runs, so it owns nothing whatever its bytes, and an
 // unsynced record can be torn by the machine crash that ended that boot.
 func List(records string) ([]Record, error) {
+	return listIn(records, everyRecord, nil)
+}
+
+// ListSource is List of the records of invocations for source id: it reads
+// only the records whose name carries id's key, and those named before the
+// index (see sourceKey), and returns those whose source_id is id.
+func ListSource(records, id string) ([]Record, error) {
+	return listIn(records, sourceScope(id), func(r Record) bool { return r.SourceID == id })
+}
+
+// listIn is List of the records in sc that match (nil: all of them).
+func listIn(records string, sc scope, match func(Record) bool) ([]Record, error) {
 	d, err := openRecordDir(records, false)
 	if d == nil || err != nil {
 		return nil, err
 	}
 	defer d.close()
-	return d.list()
+	recs, err := d.list(sc)
+	if err != nil || match == nil {
+		return recs, err
+	}
+	var out []Record
+	for _, r := range recs {
+		if match(r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
-func (d *recordDir) list() ([]Record, error) {
+func (d *recordDir) list(sc scope) ([]Record, error) {
 	boot, err := bootID()
 	if err != nil {
 		return nil, err
 	}
-	names, _, err := d.scan()
+	names, _, err := d.scan(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -637,19 +474,15 @@ func (d *recordDir) list() ([]Record, error) {
 	hosts := map[Identity]bool{self: true} // this process is alive; others are looked up once
 	var out []Record
 	for _, name := range names {
-		rec, ok := d.mine(name)
-		if !ok {
-			var err error
-			rec, err = d.read(name)
-			if errors.Is(err, unix.ENOENT) {
-				continue // removed since the scan: its invocation ended
-			}
-			if err != nil && !strings.HasPrefix(name, bootPrefix(boot)) {
-				continue // debris of an earlier boot: it owns nothing (Cleanup removes it)
-			}
-			if err != nil {
-				return nil, err
-			}
+		rec, err := d.read(name)
+		if errors.Is(err, unix.ENOENT) {
+			continue // removed since the scan: its invocation ended
+		}
+		if err != nil && nameBoot(recordHex(name)) != bootPrefix(boot) {
+			continue // debris of an earlier boot: it owns nothing (Cleanup removes it)
+		}
+		if err != nil {
+			return nil, err
 		}
 		live, seen := hosts[rec.Host]
 		if !seen {

@@ -12,14 +12,15 @@ import (
 	"firstmate.dev/fm/internal/strictjson"
 )
 
-// FuzzList writes arbitrary bytes as one owner record of this boot and reads
-// the directory with List, as every cleanup does ([GRP-1], [GRP-3]). List
-// has a fast path for the canonical form; whatever it accepts must be
-// exactly what the strict decoder reads from the same bytes and must pass
-// the record rules restated here, and whatever the strict decoder and those
-// rules accept, List must accept: a record that cannot be read cannot be
-// proved released, so a wrong refusal blocks retirement and a wrong
-// acceptance releases a group that is not proved gone.
+// FuzzList writes arbitrary bytes as one owner record of this boot (in the
+// name form before the source index, which every listing reads) and reads
+// the directory with List, as every cleanup does ([GRP-1], [GRP-3]).
+// Whatever List accepts must be exactly what the strict decoder reads from
+// the same bytes and must pass the record rules restated here, and whatever
+// the strict decoder and those rules accept, List must accept: a record that
+// cannot be read cannot be proved released, so a wrong refusal blocks
+// retirement and a wrong acceptance releases a group that is not proved
+// gone.
 func FuzzList(f *testing.F) {
 	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Cleanup resolves the owner records in records that match selects, and
@@ -67,12 +68,24 @@ import (
 // written in an earlier boot (see List): whatever is selected, they own
 // nothing and are not counted.
 func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
+	return cleanup(records, everyRecord, match)
+}
+
+// CleanupSource is Cleanup of the records of invocations for source id that
+// match: it reads only the records and temporary files whose names carry
+// id's key, and those named before the index (see sourceKey).
+func CleanupSource(records, id string, match func(Record) bool) (cleaned int, err error) {
+	return cleanup(records, sourceScope(id), func(r Record) bool { return r.SourceID == id && match(r) })
+}
+
+// cleanup is Cleanup of the records in sc.
+func cleanup(records string, sc scope, match func(Record) bool) (cleaned int, err error) {
 	d, err := openRecordDir(records, false)
 	if d == nil || err != nil {
 		return 0, err
 	}
 	defer d.close()
-	recs, err := d.list()
+	recs, err := d.list(sc)
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +126,7 @@ func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
 			cleaned++
 		}
 	}
-	if err := d.removeDebris(); err != nil {
+	if err := d.removeDebris(sc); err != nil {
 		return cleaned, err
 	}
 	if len(kept) > 0 {
@@ -137,15 +150,15 @@ func resolve(r Record) (reason string, err error) {
 	if leader.BootID != boot {
 		return "", nil
 	}
-	st, err := readStat(leader.PID)
-	if errors.Is(err, errNoProcess) {
+	st, err := procstat.Read(leader.PID)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return resolveWithoutLeader(leader.PID)
 	}
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "read process %d", leader.PID)
 	}
-	if st.start != leader.StartTime {
-		return fmt.Sprintf("leader pid %d now belongs to another process (start time %d, recorded %d); nothing signalled", leader.PID, st.start, leader.StartTime), nil
+	if st.Start != leader.StartTime {
+		return fmt.Sprintf("leader pid %d now belongs to another process (start time %d, recorded %d); nothing signalled", leader.PID, st.Start, leader.StartTime), nil
 	}
 	pidfd, err := unix.PidfdOpen(leader.PID, 0)
 	if err == unix.ESRCH {
@@ -157,14 +170,14 @@ func resolve(r Record) (reason string, err error) {
 	defer unix.Close(pidfd)
 	// The pidfd names whatever had the pid when it was opened; the start
 	// time read after opening proves that this is still the leader.
-	st, err = readStat(leader.PID)
-	if errors.Is(err, errNoProcess) {
+	st, err = procstat.Read(leader.PID)
+	if errors.Is(err, procstat.ErrNoProcess) {
 		return resolveWithoutLeader(leader.PID)
 	}
 	if err != nil {
 		return "", errcode.Wrap(errcode.Internal, err, "read process %d", leader.PID)
 	}
-	if st.start != leader.StartTime {
+	if st.Start != leader.StartTime {
 		return fmt.Sprintf("leader pid %d was reused while it was checked; nothing signalled", leader.PID), nil
 	}
 	// fm makes every group with setpgid inside its own session, so a leader
@@ -173,10 +186,10 @@ func resolve(r Record) (reason string, err error) {
 	switch {
 	case r.SessionID == nil:
 		return fmt.Sprintf("record names no session for leader %d; it cannot be proved fm's group, so nothing was signalled", leader.PID), nil
-	case st.sid == leader.PID:
+	case st.SID == leader.PID:
 		return fmt.Sprintf("leader %d leads its own session; fm never makes one, so nothing was signalled", leader.PID), nil
-	case st.sid != *r.SessionID:
-		return fmt.Sprintf("leader %d is in session %d, not the recorded %d; nothing signalled", leader.PID, st.sid, *r.SessionID), nil
+	case st.SID != *r.SessionID:
+		return fmt.Sprintf("leader %d is in session %d, not the recorded %d; nothing signalled", leader.PID, st.SID, *r.SessionID), nil
 	case leader.PID == unix.Getpgrp():
 		// fm's groups are new ones, never the group of an fm process:
 		// stopping it would stop this cleanup and whatever ran it.
@@ -205,29 +218,29 @@ func resolveWithoutLeader(pgid int) (string, error) {
 		return "", err
 	}
 	for _, m := range ms {
-		if !m.dead() {
+		if !m.Dead() {
 			return fmt.Sprintf("leader %d is gone but process %d still has process group %d; it cannot be proved to be the recorded group, so nothing was signalled", pgid, m.pid, pgid), nil
 		}
 	}
 	return "", nil
 }
 
-// removeDebris removes the temporary files whose writer is no longer alive,
-// and the unreadable records of earlier boots. A temporary name holds the
+// removeDebris removes the temporary files in sc whose writer is no longer
+// alive, and the unreadable records in sc of earlier boots. A temporary name holds the
 // writer's pid and start time, checked against this boot, so a writer pid and
 // start time of an earlier boot that match a live process of this one keep
 // the file: safe, only untidy.
-func (d *recordDir) removeDebris() error {
+func (d *recordDir) removeDebris(sc scope) error {
 	boot, err := bootID()
 	if err != nil {
 		return err
 	}
-	records, temps, err := d.scan()
+	records, temps, err := d.scan(sc)
 	if err != nil {
 		return err
 	}
 	for _, name := range records {
-		if strings.HasPrefix(name, bootPrefix(boot)) {
+		if nameBoot(recordHex(name)) == bootPrefix(boot) {
 			continue
 		}
 		if _, err := d.read(name); err == nil || errors.Is(err, unix.ENOENT) {
@@ -238,7 +251,7 @@ func (d *recordDir) removeDebris() error {
 		}
 	}
 	for _, name := range temps {
-		writer, _ := parseTempName(name)
+		writer, _, _ := parseTempName(name)
 		writer.BootID = boot
 		live, err := alive(writer)
 		if err != nil {

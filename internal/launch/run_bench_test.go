@@ -119,7 +119,7 @@ func BenchmarkRecordWrite(b *testing.B) {
 		SourceID: testOwner.SourceID, Operation: testOwner.Operation, CreatedAt: time.Now().Unix(),
 	}
 	for b.Loop() {
-		name, err := newRecordName()
+		name, err := newRecordName(rec.SourceID)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -143,8 +143,9 @@ func pollBuiltin(ctx context.Context, h *home.Home, r *Registration) ([]byte, er
 }
 
 // askBuiltin asks the adapter script of a built-in result one of the result
-// operations and returns the answer in the extension result types.
-func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content []byte) (any, error) {
+// operations and returns the answer as the result object of the extension
+// protocol, which the operation's decoder then judges like an extension's.
+func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content []byte) ([]byte, error) {
 	verb := strings.TrimPrefix(op, "result.")
 	script := host.BuiltinScript(h, m.Adapter)
 	out, _, err := builtinRun{
@@ -159,14 +160,10 @@ func askBuiltin(ctx context.Context, h *home.Home, m *Meta, op string, content [
 	answer := strings.TrimSuffix(string(out), "\n")
 	if op == wire.OpClassify {
 		// The extension rule for a classification applies unchanged.
-		raw, err := strictjson.Canonical(wire.ClassifyResult{Classification: answer})
-		if err != nil {
-			return nil, err
-		}
-		return protocol.DecodeResult(op, raw)
+		return strictjson.Canonical(wire.ClassifyResult{Classification: answer})
 	}
 	if answer != "true" && answer != "false" {
 		return nil, errcode.New(errcode.ResponseInvalid, "built-in adapter %q %s must answer true or false", script, verb)
 	}
-	return &wire.BoolResult{Value: answer == "true"}, nil
+	return strictjson.Canonical(wire.BoolResult{Value: answer == "true"})
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/internal/wake"
 )
@@ -253,17 +255,11 @@ func groupGone(pgid int) bool {
 	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) > 2 && fields[2] == fmt.Sprint(pgid) && fields[0] != "Z" {
+		if st, err := procstat.Read(pid); err == nil && st.PGID == pgid && st.State != 'Z' {
 			return false
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/retire"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/internal/testpkg"
@@ -405,15 +406,11 @@ func (f *fixture) writeRecord(pid int, id, op string) string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	start, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	start := st.Start
 	bootID := strings.TrimSpace(string(boot))
 	rec := launch.Record{
 		Schema: launch.RecordSchema, Phase: launch.PhaseReserved,
@@ -472,11 +469,11 @@ func zombieChildren(pid int) int {
 	for _, task := range tasks {
 		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
 		for _, c := range strings.Fields(string(data)) {
-			stat, err := os.ReadFile("/proc/" + c + "/stat")
+			pid, err := strconv.Atoi(c)
 			if err != nil {
 				continue
 			}
-			if fs := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(fs) > 0 && fs[0] == "Z" {
+			if st, err := procstat.Read(pid); err == nil && st.State == 'Z' {
 				n++
 			}
 		}

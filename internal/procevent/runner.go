@@ -190,7 +190,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	var v *verdicts
 	if !evidence {
 		v = &verdicts{h: d.h, meta: m, owner: p.owner, content: p.content}
-		if v.is(pctx, wire.OpSilent) {
+		if v.is(pctx, host.Silent) {
 			if _, err := d.markHandled(id, seq, HandledBySilent); err != nil {
 				return out, err
 			}
@@ -206,7 +206,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if err := fsutil.RemoveAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
 		return out, err
 	}
-	if v != nil && v.is(pctx, wire.OpTerminal) {
+	if v != nil && v.is(pctx, host.Terminal) {
 		if err := d.retireGeneration(r); err != nil {
 			return out, err
 		}
@@ -301,20 +301,20 @@ func (d *dirs) retireGeneration(r *Registration) error {
 // source id (live invocations are not touched); process-cleanup-failed while
 // any stays unproven.
 func cleanupSource(h *home.Home, id string) error {
-	_, err := cleanupRecords(h, func(r launch.Record) bool { return r.SourceID == id })
+	_, err := launch.CleanupSource(h.Invocations(), id, func(r launch.Record) bool { return !r.HostLive })
 	return err
 }
 
 // sourceRecords lists the owner records of invocations for source id, of
 // live and dead hosts alike; with polls, only those of source.poll.
 func sourceRecords(h *home.Home, id string, polls bool) ([]launch.Record, error) {
-	all, err := launch.List(h.Invocations())
+	recs, err := launch.ListSource(h.Invocations(), id)
 	if err != nil {
 		return nil, err
 	}
 	var out []launch.Record
-	for _, r := range all {
-		if r.SourceID == id && (!polls || r.Operation == wire.OpPoll) {
+	for _, r := range recs {
+		if !polls || r.Operation == wire.OpPoll {
 			out = append(out, r)
 		}
 	}
@@ -334,13 +334,8 @@ func noPollOf(h *home.Home, id string) error {
 	return errcode.New(errcode.ProcessCleanupFailed, "source %q: the process group of an earlier poll was not proved gone (owner record %s, host pid %d); nothing was started: retry, or run fm extension cleanup-invocations once that host has exited", id, recs[0].Path, recs[0].Host.PID)
 }
 
-// cleanupDead resolves every owner record whose host is dead.
+// cleanupDead resolves every owner record whose host is dead. An absent
+// records directory has nothing to clean and is not created.
 func cleanupDead(h *home.Home) (int, error) {
-	return cleanupRecords(h, func(launch.Record) bool { return true })
-}
-
-// cleanupRecords runs launch.Cleanup on the records of dead hosts that match.
-// An absent records directory has nothing to clean and is not created.
-func cleanupRecords(h *home.Home, match func(launch.Record) bool) (int, error) {
-	return launch.Cleanup(h.Invocations(), func(r launch.Record) bool { return !r.HostLive && match(r) })
+	return launch.Cleanup(h.Invocations(), func(r launch.Record) bool { return !r.HostLive })
 }

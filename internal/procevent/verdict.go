@@ -2,6 +2,8 @@ package procevent
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"firstmate.dev/fm/internal/binding"
@@ -40,20 +42,23 @@ type verdicts struct {
 	content []byte
 }
 
-// is asks the owner op (result.terminal or result.silent); any failure is
+// is asks the owner op (host.Terminal or host.Silent); any failure is
 // false.
-func (v *verdicts) is(ctx context.Context, op string) bool {
+func (v *verdicts) is(ctx context.Context, op host.Op[wire.ResultInput, wire.BoolResult]) bool {
 	res, err := ask(ctx, v.h, v.meta, v.owner, op, v.content, Direct{})
-	b, ok := res.(*wire.BoolResult)
-	return err == nil && ok && b.Value
+	return err == nil && res.Value
 }
 
-// ask asks the owner of the result m one result operation. b is the owner
+// ask asks the owner of the result m the result operation op. b is the owner
 // binding when the caller already holds it; nil resolves it from m. An empty
 // o.RequestID is a fresh random one.
-func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op string, content []byte, o Direct) (any, error) {
+func ask[Out any](ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op host.Op[wire.ResultInput, Out], content []byte, o Direct) (*Out, error) {
 	if m.Kind == KindBuiltin {
-		return askBuiltin(ctx, h, m, op, content)
+		raw, err := askBuiltin(ctx, h, m, op.Name(), content)
+		if err != nil {
+			return nil, err
+		}
+		return op.Decode(raw)
 	}
 	if !utf8.Valid(content) {
 		return nil, errcode.New(errcode.SchemaInvalid, "result %s.%d is not UTF-8 text; an extension cannot be asked about it", m.SourceID, m.Sequence)
@@ -64,10 +69,9 @@ func ask(ctx context.Context, h *home.Home, m *Meta, b *binding.Binding, op stri
 			return nil, err
 		}
 	}
-	return host.Invoke(ctx, h, b, host.Call{
+	in := wire.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)}
+	return host.Invoke(ctx, h, b, op, in, host.Call{
 		Adapter:   m.Adapter,
-		Operation: op,
-		Input:     wire.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)},
 		RequestID: o.RequestID,
 		SourceID:  m.SourceID,
 		Stderr:    o.Stderr,
@@ -98,11 +102,11 @@ func Classify(ctx context.Context, h *home.Home, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	res, err := ask(ctx, h, l.meta, nil, wire.OpClassify, l.content, Direct{})
+	res, err := ask(ctx, h, l.meta, nil, host.Classify, l.content, Direct{})
 	if err != nil {
 		return "", err
 	}
-	return res.(*wire.ClassifyResult).Classification, nil
+	return res.Classification, nil
 }
 
 // Direct are an operator's options of a direct call ([OP-2]).
@@ -116,28 +120,69 @@ type Direct struct {
 	Stderr host.StderrFunc
 }
 
+// Answer is the owner's answer to a direct result operation: the
+// classification of result.classify, or the verdict of result.terminal and
+// result.silent.
+type Answer struct {
+	Operation      string
+	Classification string // result.classify
+	Verdict        bool   // result.terminal, result.silent
+}
+
+// String is the answer as the direct call prints it: the classification, or
+// "true" or "false".
+func (a Answer) String() string {
+	if a.Operation == wire.OpClassify {
+		return a.Classification
+	}
+	return strconv.FormatBool(a.Verdict)
+}
+
 // Ask is the direct call of a result operation ([OP-2]): it asks the owner of
 // the extension result at path, which must have been captured for adapter
 // (and, when sourceID is not empty, for that source), with o.RequestID
 // (random when empty). It changes no state: a terminal or silent answer here
 // is only printed, never acted on [CAP-7].
-func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID string, o Direct) (any, error) {
-	if op == wire.OpPoll {
-		return nil, errcode.New(errcode.Usage, "%s takes no --result-file", op)
+func Ask(ctx context.Context, h *home.Home, adapter, op, path, sourceID string, o Direct) (Answer, error) {
+	var verdict host.Op[wire.ResultInput, wire.BoolResult]
+	switch op {
+	case wire.OpPoll:
+		return Answer{}, errcode.New(errcode.Usage, "%s takes no --result-file", op)
+	case wire.OpClassify:
+	case wire.OpTerminal:
+		verdict = host.Terminal
+	case wire.OpSilent:
+		verdict = host.Silent
+	default:
+		return Answer{}, errcode.New(errcode.Usage, "unknown operation %q (one of %s)", op, strings.Join(wire.Operations, ", "))
 	}
 	l, err := loadResult(h, path)
 	if err != nil {
-		return nil, err
+		return Answer{}, err
 	}
 	switch {
 	case l.meta.Kind != KindExtension:
-		return nil, errcode.New(errcode.AdapterUnbound, "result %q was captured by the built-in adapter %q; use fm procevent classify", path, l.meta.Adapter)
+		return Answer{}, errcode.New(errcode.AdapterUnbound, "result %q was captured by the built-in adapter %q; use fm procevent classify", path, l.meta.Adapter)
 	case l.meta.Adapter != adapter:
-		return nil, errcode.New(errcode.CapabilityMismatch, "result %q was captured for adapter %q, not %q", path, l.meta.Adapter, adapter)
+		return Answer{}, errcode.New(errcode.CapabilityMismatch, "result %q was captured for adapter %q, not %q", path, l.meta.Adapter, adapter)
 	case sourceID != "" && sourceID != l.meta.SourceID:
-		return nil, errcode.New(errcode.Usage, "result %q belongs to source %q, not %q", path, l.meta.SourceID, sourceID)
+		return Answer{}, errcode.New(errcode.Usage, "result %q belongs to source %q, not %q", path, l.meta.SourceID, sourceID)
 	}
-	return ask(ctx, h, l.meta, nil, op, l.content, o)
+	a := Answer{Operation: op}
+	if op == wire.OpClassify {
+		res, err := ask(ctx, h, l.meta, nil, host.Classify, l.content, o)
+		if err != nil {
+			return Answer{}, err
+		}
+		a.Classification = res.Classification
+		return a, nil
+	}
+	res, err := ask(ctx, h, l.meta, nil, verdict, l.content, o)
+	if err != nil {
+		return Answer{}, err
+	}
+	a.Verdict = res.Value
+	return a, nil
 }
 
 // Poll is the direct call of source.poll ([OP-2]): it resolves the binding of
@@ -246,11 +291,11 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured 
 // pollExtension runs source.poll on b; nil output with a nil error is no
 // result.
 func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in wire.PollInput, requestID string, stderr host.StderrFunc) ([]byte, error) {
-	res, err := host.Invoke(ctx, h, b, host.Call{Adapter: adapter, Operation: wire.OpPoll, Input: in, RequestID: requestID, SourceID: in.SourceID, Stderr: stderr})
+	p, err := host.Invoke(ctx, h, b, host.Poll, in, host.Call{Adapter: adapter, RequestID: requestID, SourceID: in.SourceID, Stderr: stderr})
 	if err != nil {
 		return nil, err
 	}
-	if p := res.(*wire.PollResult); p.Status == "result" {
+	if p.Status == "result" {
 		return []byte(p.Output), nil
 	}
 	return nil, nil

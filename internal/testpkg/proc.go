@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // Now returns the current time in the unit of process start times: clock
@@ -90,27 +92,11 @@ func procs() []proc {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		st, err := procstat.Read(pid)
 		if err != nil {
 			continue
 		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// Fields after the command: state (3rd of stat), ..., pgrp (5th),
-		// ..., starttime (22nd).
-		f := strings.Fields(s[i+1:])
-		if len(f) < 20 {
-			continue
-		}
-		pgid, err1 := strconv.Atoi(f[2])
-		start, err2 := strconv.ParseUint(f[19], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, proc{pid: pid, pgid: pgid, zombie: f[0] == "Z" || f[0] == "X", start: start})
+		out = append(out, proc{pid: pid, pgid: st.PGID, zombie: st.Zombie(), start: st.Start})
 	}
 	return out
 }

@@ -1,0 +1,88 @@
+package procevent_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// deadHost starts and reaps a process and returns its pid once f's record
+// of it is written by write: the record's host is then a dead fm.
+func deadHost(t *testing.T, write func(pid int) string) string {
+	t.Helper()
+	host := exec.Command("sleep", "60")
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	path := write(host.Process.Pid)
+	host.Process.Kill()
+	host.Wait()
+	return path
+}
+
+// [GRP-3] Homes written by earlier versions of fm hold owner records named
+// without the source index (<boot><random>.owner.json, 64 hex digits). Such
+// a record of a dead host is still seen and resolved: by a poll of its
+// source, by doctor, and by cleanup-invocations.
+func TestOldRecordNamesStillCleaned(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ok("procevent", "register", "file-watch", "a1", "--", "/bin/true")
+	old := deadHost(t, func(pid int) string { return f.writeRecord(pid, "a1", "source.poll") })
+	if n := len(strings.TrimSuffix(filepath.Base(old), ".owner.json")); n != 64 {
+		t.Fatalf("the fixture's record is not in the old name form: %s", old)
+	}
+	out, _, code := f.fm("doctor")
+	if code == 0 || !strings.Contains(out, "belong to an fm that died") || !strings.Contains(out, filepath.Base(old)) {
+		t.Fatalf("doctor exit %d did not report %s:\n%s", code, filepath.Base(old), out)
+	}
+	if out := f.ok("extension", "cleanup-invocations"); out != "cleaned-invocations: 1\n" {
+		t.Fatalf("cleanup-invocations printed %q", out)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("cleanup-invocations kept the old-form record")
+	}
+	if out, _, code := f.fm("doctor"); !strings.Contains(out, "0 live, none stale") {
+		t.Fatalf("doctor after cleanup, exit %d:\n%s", code, out)
+	}
+	// A poll of the source resolves one too before it starts.
+	old = deadHost(t, func(pid int) string { return f.writeRecord(pid, "a1", "source.poll") })
+	f.ok("procevent", "start", "a1")
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a poll of a1 kept a1's old-form record of a dead host")
+	}
+}
+
+// [GRP-1] [RUN-4] A poll reads only its own source's owner records (and
+// those in the old name form): a torn record of another source, which every
+// listing of the whole home refuses, does not stop it; a torn one of its own
+// source, or one in the old name form, does.
+func TestPollReadsOnlyItsSourcesRecords(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ok("procevent", "register", "file-watch", "a1", "--", "/bin/true")
+	f.ok("procevent", "register", "file-watch", "b1", "--", "/bin/true")
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootHex := strings.ReplaceAll(strings.TrimSpace(string(boot)), "-", "")
+	key := func(id string) string { s := sha256.Sum256([]byte(id)); return hex.EncodeToString(s[:8]) }
+	if err := os.MkdirAll(f.h.Invocations(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(f.h.Invocations(), key("b1")+bootHex+strings.Repeat("1", 32)+".owner.json")
+	f.write(torn, "", 0o600)
+	f.ok("procevent", "start", "a1")
+	f.fails("json-invalid", "procevent", "start", "b1")
+	f.fails("json-invalid", "extension", "cleanup-invocations")
+	if err := os.Rename(torn, filepath.Join(f.h.Invocations(), bootHex+strings.Repeat("1", 32)+".owner.json")); err != nil {
+		t.Fatal(err)
+	}
+	f.fails("json-invalid", "procevent", "start", "a1")
+}
