@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/procstat"
+	"firstmate.dev/fm/internal/testpkg"
 )
 
 // fixture is one test's state directory, records directory and report
@@ -1030,16 +1030,7 @@ func TestForkAtFileLimitIsHostFault(t *testing.T) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &orig); err != nil {
 		t.Fatal(err)
 	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top := 0
-	for _, e := range ents {
-		n, _ := strconv.Atoi(e.Name())
-		top = max(top, n)
-	}
-	limit := top + 32
+	limit := testpkg.TopFD(t) + 32
 	file, err := os.Open(exe())
 	if err != nil {
 		t.Fatal(err)

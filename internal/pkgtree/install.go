@@ -72,7 +72,7 @@ func InstallWith(src string, want *Tree, dst string, opts Options) error {
 		}
 		return errcode.Wrap(errcode.Internal, err, "rename %s to %s", tmp, dst)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := fsutil.SyncDir(parent); err != nil {
 		removeAll(dst)
 		return err
 	}
@@ -286,19 +286,6 @@ func copyFile(wk *worker, i int, path string, sum [32]byte) error {
 func seal(dir string) error {
 	if err := os.Chmod(dir, 0o555); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "chmod %s", dir)
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory so a rename into it is durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "open %s", dir)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "fsync %s", dir)
 	}
 	return nil
 }

@@ -2,9 +2,28 @@ package testpkg
 
 import (
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 )
+
+// TopFD returns the highest descriptor this process has open.
+func TopFD(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := 0
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			t.Fatalf("/proc/self/fd entry %q", e.Name())
+		}
+		top = max(top, n)
+	}
+	return top
+}
 
 // StarveFiles leaves this process exactly spare free descriptors: it lowers
 // the soft RLIMIT_NOFILE to just above the highest open descriptor and
@@ -18,20 +37,8 @@ func StarveFiles(t testing.TB, spare int) func() {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &orig); err != nil {
 		t.Fatal(err)
 	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top := 0
-	for _, e := range ents {
-		var fd int
-		for _, c := range e.Name() {
-			fd = fd*10 + int(c-'0')
-		}
-		top = max(top, fd)
-	}
 	lim := orig
-	lim.Cur = uint64(top + 1)
+	lim.Cur = uint64(TopFD(t) + 1)
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
