@@ -3,6 +3,7 @@ package procevent_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -290,5 +291,37 @@ func TestStartSaysSilenced(t *testing.T) {
 	f.mode("silent", "false")
 	if out := f.ok("procevent", "start", "s1"); out != "captured: "+filepath.Join(f.h.Inbox(), "s1.2.result")+"\n" {
 		t.Fatalf("start printed %q", out)
+	}
+}
+
+// [RID-1]: a capture whose meta was published but whose result write failed
+// (here the file size limit stops it) captured nothing: the retry uses the
+// same sequence, so its poll repeats the request id, and replaces the
+// orphaned meta.
+func TestFailedCaptureKeepsRequestID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.mode("poll", "text:"+strings.Repeat("x", 3000))
+	// 4 blocks of 512 bytes: the meta (~500 bytes) fits, the result does not.
+	cmd := exec.Command("sh", "-c", `ulimit -f 4 && exec fm procevent start s1`)
+	cmd.Env = f.env
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("the limited capture succeeded: %s", out)
+	}
+	if inbox := f.inbox(); !contains(inbox, "s1.1.meta.json") || contains(inbox, "s1.1.result") {
+		t.Fatalf("after the failed capture the inbox holds %v", inbox)
+	}
+	want := filepath.Join(f.h.Inbox(), "s1.1.result")
+	if out := f.ok("procevent", "start", "s1"); out != "captured: "+want+"\n" {
+		t.Fatalf("the retry printed %q", out)
+	}
+	polls := f.log("poll")
+	if len(polls) != 2 || strings.Fields(polls[0])[2] != strings.Fields(polls[1])[2] {
+		t.Fatalf("the retry did not repeat the request id: %q", polls)
+	}
+	if len(f.wakes()) != 1 || f.wakes()[0].Key != "procevent:s1:1" {
+		t.Fatalf("wakes %+v", f.wakes())
 	}
 }

@@ -219,3 +219,45 @@ func TestDirectShowStderr(t *testing.T) {
 		t.Fatalf("terminal failure: %q", errs)
 	}
 }
+
+// [RUN-4] [OP-2]: a direct source.poll of a registered source would consume
+// its event outside capture, so it is refused (source-registered) and runs
+// nothing, unless the operator passes --uncaptured. With it, the poll takes
+// the source's claim: while its runner polls, it is refused (source-active)
+// and runs nothing; once the runner is done it polls. An unregistered source
+// id is polled without a claim and gets no lock file.
+func TestDirectPollHonoursClaim(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	direct := []string{"extension", "process-event", "sig", "source.poll", "--source-id", "s1", "--config-ref", "x"}
+	errs := f.fails("source-registered", direct...)
+	if !strings.Contains(errs, `"s1"`) || !strings.Contains(errs, "--uncaptured") || !strings.Contains(errs, "fm procevent start s1") {
+		t.Fatalf("refusal %q", errs)
+	}
+	if n := len(f.log("poll")); n != 0 {
+		t.Fatalf("%d polls ran; the refused direct poll ran", n)
+	}
+	direct = append(direct, "--uncaptured")
+	run := f.startGated("s1")
+	errs = f.fails("source-active", direct...)
+	if !strings.Contains(errs, "s1") {
+		t.Fatalf("refusal %q", errs)
+	}
+	if n := len(f.log("poll")); n != 1 {
+		t.Fatalf("%d polls ran; the direct poll ran beside the runner", n)
+	}
+	f.release()
+	run.Wait()
+	f.mode("poll", "text:direct")
+	if out := f.ok(direct...); out != "direct" {
+		t.Fatalf("direct poll printed %q", out)
+	}
+	if out := f.ok("extension", "process-event", "sig", "source.poll", "--source-id", "zz", "--config-ref", "x"); out != "direct" {
+		t.Fatalf("direct poll of an unregistered id printed %q", out)
+	}
+	if _, err := os.Lstat(filepath.Join(f.h.Registrations(), "zz.claim")); !os.IsNotExist(err) {
+		t.Fatal("a direct poll of an unregistered id created a claim file")
+	}
+}

@@ -267,3 +267,32 @@ func groupGone(pgid int) bool {
 }
 
 func contains(list []string, s string) bool { return slices.Contains(list, s) }
+
+// background starts fm in the background; its output is collected.
+func (f *fixture) background(args ...string) (*exec.Cmd, *testpkg.SyncBuffer, *testpkg.SyncBuffer) {
+	f.t.Helper()
+	cmd := f.fmCmd(args...)
+	out, errs := new(testpkg.SyncBuffer), new(testpkg.SyncBuffer)
+	cmd.Stdout, cmd.Stderr = out, errs
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, out, errs
+}
+
+// waitExit waits up to d for cmd to exit and returns its exit status.
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v did not exit within %s", cmd.Args, d)
+		return -1
+	}
+}

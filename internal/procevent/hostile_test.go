@@ -160,3 +160,31 @@ func TestShellStateDoesNotReachThePackage(t *testing.T) {
 		})
 	}
 }
+
+// [WAKE-2]: a FIFO at <state>/.wake-queue makes `wake list` and the
+// re-announcement refuse at once (not a regular file) instead of blocking.
+func TestFIFOWakeQueueRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	queue := filepath.Join(f.h.State, ".wake-queue")
+	if err := os.Remove(queue); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(queue, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // unblock a stuck reader, should there be one
+		if w, err := os.OpenFile(queue, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	})
+	for _, args := range [][]string{{"wake", "list"}, {"procevent", "reconcile", "--reannounce-after", "0"}} {
+		cmd, _, errs := f.background(args...)
+		if code := waitExit(t, cmd, 5*time.Second); code != 1 || !strings.HasPrefix(errs.String(), "error[path-unsafe]: ") {
+			t.Fatalf("fm %v with a FIFO queue: exit %d %q", args, code, errs)
+		}
+	}
+}

@@ -126,3 +126,49 @@ func TestRetireClaimWaitStopsOnTERM(t *testing.T) {
 		t.Fatalf("the source was retired: %q", out)
 	}
 }
+
+// [CAP-6]: no lock file is created for a source that is not registered, nor
+// before the boundary check of an external source; a retire removes the
+// source's lock files.
+func TestLockFilesOnlyForRegisteredSources(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.ok("procevent", "register", "file-watch", "b1", "--", "/bin/true")
+	f.fails("source-missing", "procevent", "start", "nosuch")
+	for _, n := range []string{"nosuch.claim", "nosuch.stop"} {
+		if contains(f.registry(), n) {
+			t.Fatalf("start of an unknown source created %s", n)
+		}
+	}
+	f.ok("procevent", "start", "b1")
+	f.ok("procevent", "retire", "b1")
+	for _, n := range f.registry() {
+		if strings.HasPrefix(n, "b1.") {
+			t.Fatalf("a retire left %s", n)
+		}
+	}
+
+	f.registerExt("e1")
+	if err := os.Chmod(f.h.Registrations(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f.fails("mode-unsafe", "procevent", "start", "e1")
+	if contains(f.registry(), "e1.stop") {
+		t.Fatal("a start refused by the boundary created e1.stop")
+	}
+}
+
+// registry lists the names in state/procevent.
+func (f *fixture) registry() []string {
+	f.t.Helper()
+	ents, err := os.ReadDir(f.h.Registrations())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}

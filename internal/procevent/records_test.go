@@ -7,8 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/launch"
 )
 
 // deadHost starts and reaps a process and returns its pid once f's record
@@ -85,4 +90,75 @@ func TestPollReadsOnlyItsSourcesRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.fails("json-invalid", "procevent", "start", "a1")
+}
+
+// pidsIn reads the pids a shell appended to file.
+func pidsIn(t *testing.T, file string) []int {
+	data, _ := os.ReadFile(file)
+	var out []int
+	for _, s := range strings.Fields(string(data)) {
+		p, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// [RUN-4] [REG-4] [GRP-3]: a built-in poll is supervised like an extension's:
+// its group has an owner record before it runs, so when its runner dies the
+// next start proves that group gone before it polls (never two polls at
+// once), and a retire stops the running poll and the dead runner's group
+// before it removes the record.
+func TestBuiltinPollOutlivesNoRunner(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	pidFile := filepath.Join(f.work, "pids")
+	argv := []string{"/bin/sh", "-c", `echo $$ >>"$0"; exec sleep 60`, pidFile}
+	f.ok(append([]string{"procevent", "register", "file-watch", "b1", "--"}, argv...)...)
+
+	run, _, _ := f.background("procevent", "start", "b1")
+	waitFor(t, 10*time.Second, "the first poll", func() bool { return len(pidsIn(t, pidFile)) == 1 })
+	first := pidsIn(t, pidFile)[0]
+	recs, err := launch.List(f.h.Invocations())
+	if err != nil || len(recs) != 1 || recs[0].SourceID != "b1" || recs[0].Operation != "source.poll" || recs[0].GroupPID == nil || *recs[0].GroupPID != first {
+		t.Fatalf("owner records of the built-in poll: %v %+v", err, recs)
+	}
+	run.Process.Signal(syscall.SIGKILL)
+	run.Wait()
+	if groupGone(first) {
+		t.Fatal("the poll died with its runner; the test needs it orphaned")
+	}
+
+	run, _, runErr := f.background("procevent", "start", "b1")
+	waitFor(t, 10*time.Second, "the second poll", func() bool { return len(pidsIn(t, pidFile)) == 2 })
+	if !groupGone(first) {
+		t.Fatalf("the dead runner's poll (group %d) still runs beside the next one", first)
+	}
+	second := pidsIn(t, pidFile)[1]
+	if out := f.ok("procevent", "retire", "b1"); out != "retired: b1\n" {
+		t.Fatalf("retire printed %q", out)
+	}
+	if !groupGone(second) {
+		t.Fatalf("the running poll (group %d) survived the retire", second)
+	}
+	if code := waitExit(t, run, 10*time.Second); code != 1 || !strings.HasPrefix(runErr.String(), "error[source-active]: ") {
+		t.Fatalf("the stopped runner: exit %d %q", code, runErr)
+	}
+	if recs, err := launch.List(f.h.Invocations()); err != nil || len(recs) != 0 {
+		t.Fatalf("records left: %v %+v", err, recs)
+	}
+
+	// A runner killed again leaves a record; the retire proves its group gone.
+	f.ok(append([]string{"procevent", "register", "file-watch", "b1", "--"}, argv...)...)
+	run, _, _ = f.background("procevent", "start", "b1")
+	waitFor(t, 10*time.Second, "the third poll", func() bool { return len(pidsIn(t, pidFile)) == 3 })
+	run.Process.Signal(syscall.SIGKILL)
+	run.Wait()
+	third := pidsIn(t, pidFile)[2]
+	f.ok("procevent", "retire", "b1")
+	if !groupGone(third) {
+		t.Fatalf("a retire left the dead runner's poll (group %d) running", third)
+	}
 }

@@ -2,16 +2,24 @@ package procevent_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/retire"
+	"firstmate.dev/fm/internal/strictjson"
 )
 
 // [REG-1] [RUN-1] [CAP-4] [CAP-5] [HOME-1]: the real built-in file-watch adapter:
@@ -173,5 +181,108 @@ func TestSweepHome(t *testing.T) {
 	run.Wait()
 	if out := f.ok("procevent", "list"); out != "no process-event sources\n" || !groupGone(pgid) {
 		t.Fatalf("after the sweep: %q, group gone %v", out, groupGone(pgid))
+	}
+}
+
+// [LIFE-2] [CAP-8]: the inbox is read independently of the registry: with
+// state/procevent gone, `procevent inbox` still shows the unhandled result
+// and retire-binding's preflight refuses; an inbox that cannot be read
+// refuses as well.
+func TestInboxWithoutRegistry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	b := f.bind()
+	tok := f.registerExt("s1")
+	f.ok("procevent", "start", "s1")
+	f.ok("procevent", "retire", "s1", "--if-owner", tok)
+	if err := os.RemoveAll(f.h.Registrations()); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.ok("procevent", "inbox"); !strings.Contains(out, "s1.1.result") || !strings.Contains(out, " unhandled ") {
+		t.Fatalf("inbox without a registry printed %q", out)
+	}
+	st, err := procevent.ReadStatus(f.h)
+	if err != nil || st.Unhandled != 1 {
+		t.Fatalf("status without a registry: %v %+v", err, st)
+	}
+	f.fails("binding-in-use", "extension", "retire-binding", extID, "--if-binding-digest", b.Digest)
+
+	// An inbox that cannot be read (here a symlink) refuses too.
+	moved := filepath.Join(f.work, "inbox-elsewhere")
+	if err := os.Rename(f.h.Inbox(), moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, f.h.Inbox()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retire.Binding(context.Background(), f.h, extID, b.Digest); err == nil {
+		t.Fatal("retire-binding passed with an unreadable inbox")
+	}
+	if _, err := os.Stat(filepath.Join(f.h.Dir, "config", "extensions.d", extID+".json")); err != nil {
+		t.Fatalf("the binding was retired: %v", err)
+	}
+}
+
+// writeRecord publishes an owner record for source id whose host is process
+// pid (phase reserved: no group), as a host would.
+func (f *fixture) writeRecord(pid int, id, op string) string {
+	f.t.Helper()
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	st, err := procstat.Read(pid)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	start := st.Start
+	bootID := strings.TrimSpace(string(boot))
+	rec := launch.Record{
+		Schema: launch.RecordSchema, Phase: launch.PhaseReserved,
+		Host:        launch.Identity{PID: pid, StartTime: start, BootID: bootID},
+		ExtensionID: procevent.BuiltinOwner("file-watch"), BindingDigest: procevent.BuiltinOwner("file-watch"),
+		RequestID: "sha256:" + strings.Repeat("e", 64), SourceID: id, Operation: op, CreatedAt: time.Now().Unix(),
+	}
+	data, err := strictjson.Canonical(rec)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var rnd [16]byte
+	rand.Read(rnd[:])
+	if err := os.MkdirAll(f.h.Invocations(), 0o700); err != nil {
+		f.t.Fatal(err)
+	}
+	path := filepath.Join(f.h.Invocations(), strings.ReplaceAll(bootID, "-", "")+hex.EncodeToString(rnd[:])+".owner.json")
+	f.write(path, string(data), 0o600)
+	return path
+}
+
+// [REG-4] [RUN-4]: a retire (and a runner) refuses while an owner record of
+// the source remains whose group is unproven and whose host is alive (as a
+// serve keeps the record of a poll whose group outlived TERM and KILL), even
+// though no claim is held; once the host is gone and the record resolved, the
+// retire proceeds.
+func TestRetireRefusesWhileSourceRecordRemains(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ok("procevent", "register", "file-watch", "b1", "--", "/bin/true")
+	host := exec.Command("sleep", "60")
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Process.Kill(); host.Wait() })
+	f.writeRecord(host.Process.Pid, "b1", "source.poll")
+	f.fails("process-cleanup-failed", "procevent", "start", "b1")
+	f.fails("process-cleanup-failed", "procevent", "retire", "b1")
+	if out := f.ok("procevent", "list"); !strings.Contains(out, "\nb1 ") {
+		t.Fatalf("the refused retire removed the record: %q", out)
+	}
+	host.Process.Kill()
+	host.Wait()
+	if out := f.ok("procevent", "retire", "b1"); out != "retired: b1\n" {
+		t.Fatalf("retire printed %q", out)
+	}
+	if recs, err := launch.List(f.h.Invocations()); err != nil || len(recs) != 0 {
+		t.Fatalf("records left: %v %+v", err, recs)
 	}
 }

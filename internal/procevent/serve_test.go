@@ -3,6 +3,7 @@ package procevent_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,7 @@ import (
 
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/testpkg"
 )
 
@@ -195,5 +197,51 @@ func TestServeFiftySources(t *testing.T) {
 	}
 	if recs, err := launch.List(f.h.Invocations()); err != nil || len(recs) != 0 {
 		t.Fatalf("after TERM: %v, records %+v", err, recs)
+	}
+}
+
+// zombieChildren counts the zombie children of process pid.
+func zombieChildren(pid int) int {
+	n := 0
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, c := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(c)
+			if err != nil {
+				continue
+			}
+			if st, err := procstat.Read(pid); err == nil && st.State == 'Z' {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// [RUN-2] [GRP-5]: serve, a child subreaper, reaps the processes that left
+// their poll's group and re-parented to it, so its zombies do not accumulate.
+func TestServeReapsEscapedProcesses(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	countFile := filepath.Join(f.work, "polls")
+	// Each poll leaves a process in a session of its own, which exits soon
+	// after the poll: an orphan of serve. The poll ends only once that
+	// process has left its group (it writes the flag after setsid).
+	flag := filepath.Join(f.work, "escaped")
+	f.ok("procevent", "register", "file-watch", "z1", "--", "/bin/sh", "-c",
+		`echo . >>"$0"; rm -f "$1"; setsid sh -c 'echo x >"$0"; exec sleep 0.1' "$1" </dev/null >/dev/null 2>&1 & while [ ! -s "$1" ]; do sleep 0.01; done; exit 75`, countFile, flag)
+	serve, log := f.serve()
+	waitFor(t, 30*time.Second, "twenty polls", func() bool {
+		data, _ := os.ReadFile(countFile)
+		return strings.Count(string(data), ".") >= 20
+	})
+	time.Sleep(time.Second)
+	if n := zombieChildren(serve.Process.Pid); n > 3 {
+		t.Fatalf("serve has %d zombie children\n%s", n, log)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, serve, 15*time.Second); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, log)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // [CAP-4] [RUN-1]: silent true marks the result handled and sends no wake.
@@ -148,4 +150,56 @@ func TestLaterBuiltinDoesNotReclassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.fails("binding-missing", "procevent", "classify", result)
+}
+
+// [CAP-4] [CAP-2]: while the capturing runner is still asking the silent
+// verdict (here a verdict that takes 4 s to answer true), a reconcile with
+// --reannounce-after 0 does not announce the result: it ends handled by
+// silent with no wake at all. A runner that dies while asking leaves its
+// result to be announced by the next reconcile (its claim is free then).
+func TestSilentVerdictInFlightIsNotAnnounced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("src1")
+	f.mode("silent", "slow-true")
+
+	run, runOut, runErr := f.background("procevent", "start", "src1")
+	waitFor(t, 10*time.Second, "the silent verdict to be asked", func() bool { return len(f.log("silent")) == 1 })
+	out := f.ok("procevent", "reconcile", "--reannounce-after", "0")
+	if !strings.Contains(out, "already owned: src1\n") || !strings.Contains(out, " reannounced=0\n") {
+		t.Fatalf("reconcile during the silent verdict printed %q", out)
+	}
+	if code := waitExit(t, run, 20*time.Second); code != 0 {
+		t.Fatalf("start: exit %d %s %s", code, runOut, runErr)
+	}
+	handled := filepath.Join(f.h.Inbox(), "src1.1.handled")
+	if !strings.Contains(f.read(handled), `"by":"silent"`) {
+		t.Fatalf("handled marker %q", f.read(handled))
+	}
+	if ws := f.wakes(); len(ws) != 0 {
+		t.Fatalf("a silent result was announced: %+v", ws)
+	}
+	if contains(f.inbox(), "src1.1.pending") {
+		t.Fatal("the pending marker outlived the decision")
+	}
+
+	// The runner dies while it asks: nothing decides, the claim is free, and
+	// the next reconcile announces the result.
+	run, _, _ = f.background("procevent", "start", "src1")
+	waitFor(t, 10*time.Second, "the second silent verdict to be asked", func() bool { return len(f.log("silent")) == 2 })
+	run.Process.Signal(syscall.SIGKILL)
+	run.Wait()
+	f.mode("silent", "false")
+	f.mode("poll", "no-result")
+	out = f.ok("procevent", "reconcile", "--reannounce-after", "0")
+	if !strings.Contains(out, " reannounced=1\n") {
+		t.Fatalf("reconcile after the runner died printed %q", out)
+	}
+	if ws := f.wakes(); len(ws) != 1 || ws[0].Key != "procevent:src1:2" {
+		t.Fatalf("wakes %+v", ws)
+	}
+	if contains(f.inbox(), "src1.2.pending") {
+		t.Fatal("the next runner left the dead runner's pending marker")
+	}
 }
