@@ -466,8 +466,9 @@ func rewrite(t *testing.T, p, data string) {
 // "verifying" stage has no step between start and end), but only while every file is the inode the copy wrote,
 // unchanged since: a copied file changed in the temp copy before the
 // rescan, in place with its size and mode restored or replaced by a new
-// file, is caught (integrity-mismatch, nothing left in the store), and one
-// rewritten with the same bytes is hashed again and accepted. Each change is
+// file, a hard link to one, a symlink added, is caught (integrity-mismatch,
+// nothing left in the store), and one rewritten with the same bytes or
+// chmod'ed and sealed again is hashed again and accepted. Each change is
 // made from the progress hook once the last file is copied, before the copy
 // is sealed, flushed and renamed into place.
 func TestInstallProvesCopyByStamps(t *testing.T) {
@@ -491,6 +492,16 @@ func TestInstallProvesCopyByStamps(t *testing.T) {
 		{"rewritten with the same bytes", func(t *testing.T, tmp string) {
 			rewrite(t, filepath.Join(tmp, "lib/x.txt"), "x")
 		}, ""},
+		{"made writable and sealed again, bytes kept", func(t *testing.T, tmp string) {
+			chmod(t, filepath.Join(tmp, "bin/run"), 0o755)
+			chmod(t, filepath.Join(tmp, "bin/run"), 0o555)
+		}, ""},
+		{"a hard link made to a copied file from outside", func(t *testing.T, tmp string) {
+			must(t, os.Link(filepath.Join(tmp, "lib/x.txt"), filepath.Join(filepath.Dir(tmp), "..", "hl")))
+		}, errcode.IntegrityMismatch},
+		{"a symlink added", func(t *testing.T, tmp string) {
+			must(t, os.Symlink("x.txt", filepath.Join(tmp, "lib/alias")))
+		}, errcode.IntegrityMismatch},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -520,7 +531,7 @@ func TestInstallProvesCopyByStamps(t *testing.T) {
 			}
 			r.stages(t, tr, StageCopying, StageVerifying)
 			hashed := r.steps(StageVerifying) > 2
-			if hashed != (c.name != "nothing") {
+			if hashed != (c.name != "nothing") { // every change makes the proof fail
 				t.Fatalf("the copy was hashed again: %v", hashed)
 			}
 		})
