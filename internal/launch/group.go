@@ -167,7 +167,7 @@ func lookOnlyLeaderChildren() bool {
 			if err != nil {
 				return false
 			}
-			if _, ok := leaders.Load(pid); !ok {
+			if _, ok := leaders.Load(pid); !ok && !reapedLeader(pid) {
 				return false
 			}
 		}
@@ -270,4 +270,19 @@ func waitFor(d time.Duration, cond func() (bool, error)) (bool, error) {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// reapedLeader reports whether pid, a child listed by a look but not in
+// leaders, is a leader that a stop reaped (and dropped from leaders) since
+// the list was read: it is gone by now, or, its number reused, no longer
+// this process's child. Without this, every stop of a mass stop that shared
+// a look racing one reap went the slow way (a /proc scan per group). A
+// stranger is still this process's child: the answer stays false for it,
+// and on any doubt.
+func reapedLeader(pid int) bool {
+	st, err := readStat(pid)
+	if err == errNoProcess {
+		return true
+	}
+	return err == nil && st.ppid != os.Getpid()
 }

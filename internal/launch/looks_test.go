@@ -52,3 +52,22 @@ func TestOnlyLeaderChildrenNeverAnswersFromAStaleLook(t *testing.T) {
 		t.Fatal("a caller that asked after the stranger started was answered: only leaders")
 	}
 }
+
+// [GRP-4] a child that a look listed and that is gone by the time it is
+// checked (a leader reaped meanwhile) is not a stranger; a running child
+// that leads no invocation is.
+func TestReapedLeaderIsNoStranger(t *testing.T) {
+	child := exec.Command("sleep", "10")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := child.Process.Pid
+	if reapedLeader(pid) {
+		t.Fatal("a running child was taken for a reaped leader")
+	}
+	child.Process.Kill()
+	child.Wait()
+	if !reapedLeader(pid) {
+		t.Fatal("a reaped child was taken for a stranger")
+	}
+}
