@@ -264,18 +264,28 @@ func (l *Locked) File() *os.File { return l.f }
 func (l *Locked) At(dir *os.File, name string) (bool, error) { return sameFile(dir, name, l.f) }
 
 // Release drops the lock. It may be called more than once, and on nil.
+//
+// The lock leaves own before its descriptor is closed, and the close is
+// outside own's mutex: a thousand polls released at once (serve stopped)
+// otherwise queued on the mutex behind each other's close. In between, the
+// orphan look-up no longer counts this lock as one of the process's own,
+// which it stops being a moment later; the other order would make it count
+// a lock already dropped.
 func (l *Locked) Release() {
 	if l == nil {
 		return
 	}
 	own.Lock()
-	defer own.Unlock()
-	if l.f != nil {
+	f := l.f
+	l.f = nil
+	if f != nil {
 		if own.held[l.path]--; own.held[l.path] <= 0 {
 			delete(own.held, l.path)
 		}
-		l.f.Close()
-		l.f = nil
+	}
+	own.Unlock()
+	if f != nil {
+		f.Close()
 	}
 }
 

@@ -67,7 +67,9 @@ type BindOptions struct {
 // Bind validates the package at opts.Dir, installs it into the store, runs a
 // live handshake against the installed copy, revalidates that copy (the
 // handshake ran package code in it: checkAfterHandshake) and publishes the
-// binding. Nothing is published on any failure.
+// binding. Nothing is published on any failure. The revalidation before the
+// handshake builds on the install's own verification of the copy
+// (pkgtree.Reverify): the copy is hashed again only if it changed since.
 func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding, error) {
 	if err := checkTrust(opts); err != nil {
 		return nil, err
@@ -117,8 +119,12 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 
 	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
 	_, statErr := os.Lstat(root)
-	if err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress}); err != nil {
+	installed, err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress})
+	if err != nil {
 		return nil, err
+	}
+	if afterInstall != nil {
+		afterInstall(root)
 	}
 	created := errors.Is(statErr, fs.ErrNotExist)
 	var consents binding.Consents
@@ -153,11 +159,16 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		return nil, err
 	}
 	damaged := func(err error) error { return damagedAtBind(rec, created, err) }
-	if err := handshake(ctx, h, rec, binding.Digest(data), damaged); err != nil {
+	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged); err != nil {
 		return nil, err
 	}
 	return binding.Publish(h, rec)
 }
+
+// afterInstall, when set (by tests only), runs between a bind's install of
+// the store copy at root and the revalidation before its handshake, to
+// change the copy deterministically in between.
+var afterInstall func(root string)
 
 // checkTrust requires --trust-same-user-code ([BIND-1]).
 func checkTrust(opts BindOptions) error {
@@ -293,7 +304,7 @@ func checkEntrypoint(tree *pkgtree.Tree, rel, root string) (string, error) {
 // the complete installed tree, its digest, the manifest digest and the
 // entrypoint digest.
 func Revalidate(rec *binding.Record) error {
-	v, err := verify(rec)
+	v, err := verify(rec, nil)
 	if err != nil {
 		return err
 	}
@@ -319,12 +330,21 @@ func (v *verified) close() {
 }
 
 // verify scans rec's installed tree and checks it against rec, keeping the
-// entrypoint open.
-func verify(rec *binding.Record) (*verified, error) {
+// entrypoint open. With since, a verification of that tree moments ago
+// (bind's install), the scan is pkgtree.Reverify: a walk that reads no
+// byte when every inode is as since found it, a full scan otherwise.
+func verify(rec *binding.Record, since *pkgtree.Tree) (*verified, error) {
 	if _, err := os.Lstat(rec.PackageRoot); os.IsNotExist(err) {
 		return nil, errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
 	}
-	tree, err := pkgtree.ScanWith(rec.PackageRoot, pkgtree.Installed, pkgtree.Options{Keep: rec.Entrypoint})
+	opts := pkgtree.Options{Keep: rec.Entrypoint}
+	var tree *pkgtree.Tree
+	var err error
+	if since != nil {
+		tree, err = pkgtree.Reverify(rec.PackageRoot, since, opts)
+	} else {
+		tree, err = pkgtree.ScanWith(rec.PackageRoot, pkgtree.Installed, opts)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +464,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	if err := Current(b); err != nil {
 		return nil, err
 	}
-	v, err := verify(&b.Record)
+	v, err := verify(&b.Record, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -523,14 +543,14 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 // a copy that the next run will refuse (damagedByHandshake). bindingDigest
 // is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
-	return handshake(ctx, h, rec, bindingDigest, func(err error) error { return damagedByHandshake(rec, err) })
+	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) })
 }
 
-// handshake revalidates rec, runs its handshake and revalidates it again;
-// damaged turns a failure of the second revalidation into the caller's
-// refusal.
-func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, damaged func(error) error) error {
-	v, err := verify(rec)
+// handshake revalidates rec (building on since, when not nil: see verify),
+// runs its handshake and revalidates it again; damaged turns a failure of
+// the second revalidation into the caller's refusal.
+func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error) error {
+	v, err := verify(rec, since)
 	if err != nil {
 		return err
 	}

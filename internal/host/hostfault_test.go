@@ -19,7 +19,7 @@ func TestRecheckOutOfFilesIsNotTamper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := verify(&b.Record)
+	v, err := verify(&b.Record, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

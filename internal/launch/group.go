@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"firstmate.dev/fm/internal/procstat"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,26 +90,66 @@ var forkMu sync.RWMutex
 // Concurrent callers share one look: a caller takes the answer of a look
 // that started after it asked (so the answer is as fresh as its own look
 // would be), and otherwise makes the look itself. A thousand polls stopped
-// at once make two looks, not a thousand.
+// at once make two looks, not a thousand. A look in progress is not held
+// under the mutex: its callers wait on its done channel, which wakes them
+// all at once (a thousand callers handed a mutex one after the other were
+// what made a mass stop slow under load).
 func onlyLeaderChildren() bool {
 	asked := childrenLook.asks.Add(1)
-	childrenLook.mu.Lock()
-	defer childrenLook.mu.Unlock()
-	if childrenLook.started > asked {
-		return childrenLook.answer
+	for {
+		childrenLook.mu.Lock()
+		l := childrenLook.last
+		if l != nil && l.started > asked {
+			childrenLook.mu.Unlock()
+			<-l.done
+			return l.answer
+		}
+		if l != nil && !l.finished() {
+			// Started before this caller asked: too old to answer it;
+			// wait for it to end, then join or start a fresh one.
+			childrenLook.mu.Unlock()
+			<-l.done
+			continue
+		}
+		l = &look{started: childrenLook.asks.Add(1), done: make(chan struct{})}
+		childrenLook.last = l
+		childrenLook.mu.Unlock()
+		l.answer = lookOnlyLeaderChildren()
+		if afterLook != nil {
+			afterLook()
+		}
+		close(l.done)
+		return l.answer
 	}
-	childrenLook.started = childrenLook.asks.Add(1)
-	childrenLook.answer = lookOnlyLeaderChildren()
-	return childrenLook.answer
 }
 
+// afterLook, when set (by tests only), runs between a look and the
+// publication of its answer, to hold a look in progress.
+var afterLook func()
+
 // childrenLook is the shared look of onlyLeaderChildren: asks counts asks and
-// look starts; started is the count when the last look started.
+// look starts; last is the latest look, in progress or done.
 var childrenLook struct {
-	mu      sync.Mutex
-	asks    atomic.Uint64
+	mu   sync.Mutex
+	asks atomic.Uint64
+	last *look
+}
+
+// look is one look at this process's children: started is the ask count
+// when it started; answer is set before done is closed.
+type look struct {
 	started uint64
+	done    chan struct{}
 	answer  bool
+}
+
+func (l *look) finished() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func lookOnlyLeaderChildren() bool {
@@ -127,7 +169,7 @@ func lookOnlyLeaderChildren() bool {
 			if err != nil {
 				return false
 			}
-			if _, ok := leaders.Load(pid); !ok {
+			if _, ok := leaders.Load(pid); !ok && !reapedLeader(pid) {
 				return false
 			}
 		}
@@ -230,4 +272,19 @@ func waitFor(d time.Duration, cond func() (bool, error)) (bool, error) {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// reapedLeader reports whether pid, a child listed by a look but not in
+// leaders, is a leader that a stop reaped (and dropped from leaders) since
+// the list was read: it is gone by now, or, its number reused, no longer
+// this process's child. Without this, every stop of a mass stop that shared
+// a look racing one reap went the slow way (a /proc scan per group). A
+// stranger is still this process's child: the answer stays false for it,
+// and on any doubt.
+func reapedLeader(pid int) bool {
+	st, err := procstat.Read(pid)
+	if errors.Is(err, procstat.ErrNoProcess) {
+		return true
+	}
+	return err == nil && st.PPID != os.Getpid()
 }

@@ -842,23 +842,61 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		}
 		timer.Stop()
 	}
-	if inv.leaderExited() && g.groupSignals() && onlyLeaderChildren() {
+	// fast reaps the leader and probes the group when that costs the proof
+	// nothing (above), and reports whether the group is proved empty.
+	fast := func() (bool, error) {
+		if !inv.leaderExited() || !g.groupSignals() || !onlyLeaderChildren() {
+			return false, nil
+		}
 		if _, err := unix.Wait4(g.pgid, &es.WaitStatus, unix.WALL, nil); err != nil {
-			return fail(err)
+			return false, err
 		}
 		leaders.Delete(g.pgid)
-		if g.empty() {
-			g.close()
-			return es, nil
-		}
-		// Something outlived the leader: a live member (a leak) or a zombie
-		// orphan to reap. From here the pidfd alone names the group, and
-		// the scan below sees its number pinned by those members.
+		// Unless the group is empty, something outlived the leader: a live
+		// member (a leak) or a zombie orphan to reap. From here the pidfd
+		// alone names the group, and the scan below sees its number pinned
+		// by those members.
 		reaped = true
+		return g.empty(), nil
+	}
+	if done, err := fast(); err != nil {
+		return fail(err)
+	} else if done {
+		g.close()
+		return es, nil
 	}
 	faultUntil := time.Now().Add(hostFaultWait)
 	killed := false
 	for delay := time.Millisecond; ; delay = min(2*delay, pollMax) {
+		if !reaped && !inv.leaderExited() {
+			// Terminating, and the leader is alive, so the group is: wait
+			// for its exit until the deadline rather than scan /proc
+			// meanwhile (a thousand groups stopped on a loaded machine
+			// each scanned it every 25 ms while their leaders were still
+			// being scheduled to die). Past the deadline the group gets
+			// KILL, as a scan finding the leader alive would decide.
+			timer := time.NewTimer(time.Until(deadline))
+			select {
+			case <-inv.leaderDone:
+			case <-timer.C:
+			}
+			timer.Stop()
+			if inv.leaderExited() {
+				if done, err := fast(); err != nil {
+					return fail(err)
+				} else if done {
+					g.close()
+					return es, nil
+				}
+				continue
+			}
+			if killed {
+				return fail(errors.New("members still alive after KILL"))
+			}
+			g.signal(unix.SIGKILL)
+			killed, deadline = true, time.Now().Add(killWait)
+			continue
+		}
 		if reaped && g.empty() {
 			break
 		}

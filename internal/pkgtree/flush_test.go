@@ -90,7 +90,7 @@ func TestInstallReportsAnEarlierWritebackError(t *testing.T) {
 			}
 		}
 	}}
-	err := InstallWith(src, tr, dst, opts)
+	_, err := InstallWith(src, tr, dst, opts)
 	if !seen {
 		t.Fatal("the copy never reported its last file")
 	}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -23,10 +24,10 @@ import (
 //
 // Otherwise the copy is built in a private temp directory inside dst's parent:
 // the source is walked again under the same rules, every file is copied and
-// hashed on the way and must match want (integrity-mismatch), files are made
-// 0444, or 0555 when want says executable, directories 0555 deepest first,
-// then the whole copy is flushed at once (see flush) and the temp directory
-// is renamed to dst without replacing anything. It is built where it will live because a non-root user
+// hashed on the way and must match want (integrity-mismatch), files are
+// created 0444, or 0555 when want says executable, directories are sealed
+// 0555 deepest first, then the whole copy is flushed at once (see flush) and
+// the temp directory is renamed to dst without replacing anything. It is built where it will live because a non-root user
 // cannot move a 0555 directory into another parent (rename must rewrite its
 // ".."); a rename within one parent needs no write permission on the
 // directory itself, so the root is sealed 0555 before the rename and dst
@@ -37,32 +38,40 @@ import (
 // walked it (unchanged: a metadata walk, hashed again only if something
 // changed), so the copy pass, which checked the walk's shape against want
 // and hashed every byte it copied against want, stands for the rescan of the
-// source [BIND-5]. Finally dst is rescanned as Installed: its digest must
-// still be want.Digest, else what this call built is removed and the result
-// is integrity-mismatch. On every failure the temp directory is removed.
-func Install(src string, want *Tree, dst string) error { return InstallWith(src, want, dst, Options{}) }
+// source [BIND-5]. Finally dst is rescanned as Installed (verifyCopy: a
+// metadata walk that finds every file to be the inode the copy wrote,
+// unchanged since; hashed again only if not): its digest must still be
+// want.Digest, else what this call built is removed and the result is
+// integrity-mismatch. On every failure the temp directory is removed.
+func Install(src string, want *Tree, dst string) error {
+	_, err := InstallWith(src, want, dst, Options{})
+	return err
+}
 
 // InstallWith is Install with the hooks of opts, which its copy and every
-// scan it makes report to.
-func InstallWith(src string, want *Tree, dst string, opts Options) error {
+// scan it makes report to (opts.Keep is not used). It returns the store
+// copy as verified: want's entries and digest, and the Stamp of dst's
+// inodes, for Reverify.
+func InstallWith(src string, want *Tree, dst string, opts Options) (*Tree, error) {
+	opts.Keep = ""
 	if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst {
-		return errcode.New(errcode.PathUnsafe, "store directory %q is not an absolute clean path", dst)
+		return nil, errcode.New(errcode.PathUnsafe, "store directory %q is not an absolute clean path", dst)
 	}
 	parent := filepath.Dir(dst)
 	if err := fsutil.MkdirAllSync(parent, 0o700); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "create %s", parent)
+		return nil, errcode.Wrap(errcode.Internal, err, "create %s", parent)
 	}
 	if c, err := filepath.EvalSymlinks(parent); err != nil || c != parent {
-		return errcode.New(errcode.LinkUnsafe, "store directory %s is not canonical", parent)
+		return nil, errcode.New(errcode.LinkUnsafe, "store directory %s is not canonical", parent)
 	}
 	if _, err := os.Lstat(dst); err == nil {
 		return reuse(dst, want, opts)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return errcode.Wrap(errcode.Internal, err, "stat %s", dst)
+		return nil, errcode.Wrap(errcode.Internal, err, "stat %s", dst)
 	}
-	tmp, err := build(src, want, parent, opts)
+	tmp, written, err := build(src, want, parent, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	err = fsutil.RenameNoReplace(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst)
 	if err != nil {
@@ -70,61 +79,173 @@ func InstallWith(src string, want *Tree, dst string, opts Options) error {
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
 			return reuse(dst, want, opts)
 		}
-		return errcode.Wrap(errcode.Internal, err, "rename %s to %s", tmp, dst)
+		return nil, errcode.Wrap(errcode.Internal, err, "rename %s to %s", tmp, dst)
 	}
 	if err := fsutil.SyncDir(parent); err != nil {
 		removeAll(dst)
-		return err
+		return nil, err
 	}
-	if err := recheck(dst, want, opts); err != nil {
+	t, err := verifyCopy(dst, want, written, opts)
+	if err != nil {
 		removeAll(dst)
-		return err
+		return nil, err
 	}
-	return nil
+	return t, nil
 }
 
 // reuse accepts an existing store directory only when it is a valid installed
 // tree with the wanted digest.
-func reuse(dst string, want *Tree, opts Options) error {
+func reuse(dst string, want *Tree, opts Options) (*Tree, error) {
 	t, err := ScanWith(dst, Installed, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if t.Digest != want.Digest {
-		return errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s; it holds different content", dst, t.Digest, want.Digest)
+		return nil, errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s; it holds different content", dst, t.Digest, want.Digest)
 	}
-	return nil
+	return t, nil
+}
+
+// verifyCopy is the rescan of the new copy dst [BIND-5], proved from what
+// build wrote instead of hashing every byte again. build created every file
+// itself (O_EXCL) with its final mode, 0444 or 0555, hashed every byte as it
+// wrote it (the bytes equal want's), and took the file's identity and stamp
+// (fstat of its own descriptor) after its last write and mode change: written
+// holds them by entry. A metadata walk of dst under Installed that lists
+// exactly want's entries and finds every file to be that inode with that
+// same mode, change time and modification time proves dst holds want's
+// bytes: whatever wrote, truncated, chmod'ed, replaced or renamed a file
+// after build's last change sets its change time, which no unprivileged
+// process can set back (docs/architecture.md, "Bind proves its copy
+// without hashing it again"). The walk also checks every rule of Installed
+// (canonical root, owner, modes, no links). Directories hold nothing but
+// names, which the walk compares. The proof reports the verifying stage's
+// start and, at once, its end. When it fails, dst is hashed again as before
+// (recheck), which decides.
+func verifyCopy(dst string, want *Tree, written []ident, opts Options) (*Tree, error) {
+	if w, err := shaped(dst, Installed, want); err == nil {
+		defer w.close()
+		if w.wrote(written) {
+			if opts.Progress != nil {
+				opts.Progress(StageVerifying, 0, len(w.files), 0, w.bytes)
+				opts.Progress(StageVerifying, len(w.files), len(w.files), w.bytes, w.bytes)
+			}
+			t, err := w.proven(want, "")
+			if err == nil && t.Digest != want.Digest {
+				return nil, errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s", dst, t.Digest, want.Digest)
+			}
+			return t, err
+		}
+	}
+	return recheck(dst, want, opts)
+}
+
+// wrote reports whether every file entry of the walk is the inode written
+// recorded for it, with the same mode and times.
+func (w *walker) wrote(written []ident) bool {
+	for _, i := range w.files {
+		g, h := &w.ids[i], &written[i]
+		if g.dev != h.dev || g.ino != h.ino || g.mode != h.mode || g.ctime != h.ctime || g.mtime != h.mtime {
+			return false
+		}
+	}
+	return true
+}
+
+// Reverify proves that the installed tree at root is still t, a tree that
+// Scan under Installed, Install or Reverify returned, and keeps opts.Keep
+// open as ScanWith does ([INV-1]). It walks the tree without reading a
+// byte: the same entries with the same Tree.Stamp (the very inodes, none
+// written, truncated, chmod'ed or renamed since, each of which sets a
+// change time) prove that t's digests still hold, and the result is t's
+// entries and digest with the new walk's stamp and descriptors. Otherwise
+// it is ScanWith(root, Installed, opts): the tree is hashed again and the
+// caller compares the digest. The kept file is opened after the walk, as
+// ScanWith opens it after its walk; a write between the two is what the
+// caller's rescan after the package ran refuses.
+func Reverify(root string, t *Tree, opts Options) (*Tree, error) {
+	if w, err := shaped(root, Installed, t); err == nil {
+		defer func() {
+			if w.fd >= 0 {
+				w.close()
+			}
+		}()
+		if w.stamp() == t.Stamp {
+			return w.proven(t, opts.Keep)
+		}
+	}
+	return ScanWith(root, Installed, opts)
+}
+
+// shaped opens and walks root under policy p without reading a file, and
+// checks that it lists exactly want's entries (sameShape).
+func shaped(root string, p Policy, want *Tree) (*walker, error) {
+	w, err := openTree(root, p)
+	if err != nil {
+		return nil, err
+	}
+	if err = w.walk(); err == nil {
+		err = sameShape(w, want)
+	}
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// proven is the tree of walk w once the content of each of its files is
+// proved to be that of want's entry: want's file digests, the tree digest
+// they make with w's entries, w's stamp, and, when keep is set, the open
+// file at keep and the open root as ScanWith keeps them.
+func (w *walker) proven(want *Tree, keep string) (*Tree, error) {
+	for _, i := range w.files {
+		w.entries[i].SHA256 = want.Entries[i].SHA256
+	}
+	t := &Tree{Entries: w.entries, Bytes: w.bytes, Digest: digest(w.entries), Stamp: w.stamp()}
+	if keep == "" {
+		return t, nil
+	}
+	i := slices.IndexFunc(w.entries, func(e Entry) bool { return e.Path == keep && !e.Dir })
+	if i < 0 {
+		return nil, errcode.New(errcode.EntrypointMissing, "package %s: %q is not a file of the tree", w.root, keep)
+	}
+	wk := &worker{w: w}
+	fd, err := wk.open(i)
+	wk.close()
+	if err != nil {
+		return nil, err
+	}
+	t.Kept = os.NewFile(uintptr(fd), filepath.Join(w.root, filepath.FromSlash(keep)))
+	t.Root = os.NewFile(uintptr(w.fd), w.root)
+	w.fd = -1 // now the caller's
+	return t, nil
 }
 
 // recheck rescans the new copy after the install.
-func recheck(dst string, want *Tree, opts Options) error {
+func recheck(dst string, want *Tree, opts Options) (*Tree, error) {
 	t, err := ScanWith(dst, Installed, opts)
 	if err != nil {
-		return errcode.Wrap(errcode.IntegrityMismatch, err, "installed package %s does not verify", dst)
+		return nil, errcode.Wrap(errcode.IntegrityMismatch, err, "installed package %s does not verify", dst)
 	}
 	if t.Digest != want.Digest {
-		return errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s", dst, t.Digest, want.Digest)
+		return nil, errcode.New(errcode.IntegrityMismatch, "installed package %s has digest %s, want %s", dst, t.Digest, want.Digest)
 	}
-	return nil
+	return t, nil
 }
 
 // build copies src into a new sealed temp directory inside parent and
-// returns its path. The temp directory is removed on failure.
-func build(src string, want *Tree, parent string, opts Options) (_ string, err error) {
-	w, err := openTree(src, Source)
+// returns its path and, by entry, the identity and stamp of every file it
+// wrote (for verifyCopy). The temp directory is removed on failure.
+func build(src string, want *Tree, parent string, opts Options) (_ string, written []ident, err error) {
+	w, err := shaped(src, Source, want)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer w.close()
-	if err := w.walk(); err != nil {
-		return "", err
-	}
-	if err := sameShape(w, want); err != nil {
-		return "", err
-	}
 	tmp := filepath.Join(parent, fsutil.TempName()) // swept if this process dies (fsutil.SweepTemps)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return "", errcode.Wrap(errcode.Internal, err, "create a temp directory in %s", parent)
+		return "", nil, errcode.Wrap(errcode.Internal, err, "create a temp directory in %s", parent)
 	}
 	defer func() {
 		if err != nil {
@@ -135,40 +256,42 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 	// written: see flush.
 	fsDir, err := os.Open(tmp)
 	if err != nil {
-		return "", errcode.Wrap(errcode.Internal, err, "open %s", tmp)
+		return "", nil, errcode.Wrap(errcode.Internal, err, "open %s", tmp)
 	}
 	defer fsDir.Close()
 	for _, e := range w.entries {
 		if e.Dir {
 			if err := os.Mkdir(filepath.Join(tmp, filepath.FromSlash(e.Path)), 0o700); err != nil {
-				return "", errcode.Wrap(errcode.Internal, err, "create directory %s", e.Path)
+				return "", nil, errcode.Wrap(errcode.Internal, err, "create directory %s", e.Path)
 			}
 		}
 	}
-	err = w.eachFile(opts.metered(w, StageCopying, func(wk *worker, i int) error {
-		return copyFile(wk, i, filepath.Join(tmp, filepath.FromSlash(w.entries[i].Path)), want.Entries[i].SHA256)
+	written = make([]ident, len(w.entries))
+	err = w.eachFile(opts.metered(w, StageCopying, func(wk *worker, i int) (err error) {
+		written[i], err = copyFile(wk, i, filepath.Join(tmp, filepath.FromSlash(w.entries[i].Path)), want.Entries[i].SHA256)
+		return err
 	}))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	// Reverse digest order lists every directory after its contents.
 	for i := len(w.entries) - 1; i >= 0; i-- {
 		if w.entries[i].Dir {
 			if err := seal(filepath.Join(tmp, filepath.FromSlash(w.entries[i].Path))); err != nil {
-				return "", err
+				return "", nil, err
 			}
 		}
 	}
 	if err := seal(tmp); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := flush(fsDir); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := unchanged(src, w, want, opts); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return tmp, nil
+	return tmp, written, nil
 }
 
 // unchanged checks, once the copy is complete and durable, that the source
@@ -181,17 +304,11 @@ func build(src string, want *Tree, parent string, opts Options) (_ string, err e
 // stamp differs is the source hashed again, so a change that left its digest
 // as it was is not refused.
 func unchanged(src string, copied *walker, want *Tree, opts Options) error {
-	w, err := openTree(src, Source)
-	if err == nil {
-		defer w.close()
-		err = w.walk()
-	}
-	if err == nil {
-		err = sameShape(w, want)
-	}
+	w, err := shaped(src, Source, want)
 	if err != nil {
 		return errcode.Wrap(errcode.IntegrityMismatch, err, "package %s changed during the install", src)
 	}
+	defer w.close()
 	if w.stamp() == copied.stamp() {
 		return nil
 	}
@@ -248,38 +365,48 @@ func sameShape(w *walker, want *Tree) error {
 }
 
 // copyFile copies file entry i of the walk to the new file at path, checks its
-// hash against sum, and seals it 0444 or 0555 (build's flush makes it
-// durable).
-func copyFile(wk *worker, i int, path string, sum [32]byte) error {
+// hash against sum, and returns the new file's identity and stamp after its
+// last change (build's flush makes it durable). The file is created with its
+// final mode, 0444 or 0555: from its first byte nobody but root can open it
+// for writing without a chmod, which sets its change time. Only a umask
+// that took bits away makes a chmod necessary, before the stamp is taken.
+func copyFile(wk *worker, i int, path string, sum [32]byte) (ident, error) {
 	fd, err := wk.open(i)
 	if err != nil {
-		return err
+		return ident{}, err
 	}
 	defer unix.Close(fd)
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	e := &wk.w.entries[i]
+	perm := uint32(0o444)
+	if e.Exec {
+		perm = 0o555
+	}
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, os.FileMode(perm))
 	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "create file")
+		return ident{}, errcode.Wrap(errcode.Internal, err, "create file")
 	}
 	defer out.Close()
 	got, err := wk.read(i, fd, out)
 	if err != nil {
-		return err
+		return ident{}, err
 	}
-	e := &wk.w.entries[i]
 	if got != sum {
-		return errcode.New(errcode.IntegrityMismatch, "package %s: %q changed since it was scanned", wk.w.root, e.Path)
+		return ident{}, errcode.New(errcode.IntegrityMismatch, "package %s: %q changed since it was scanned", wk.w.root, e.Path)
 	}
-	mode := os.FileMode(0o444)
-	if e.Exec {
-		mode = 0o555
+	var st unix.Stat_t
+	err = unix.Fstat(int(out.Fd()), &st)
+	if err == nil && st.Mode&0o7777 != perm {
+		if err = out.Chmod(os.FileMode(perm)); err == nil {
+			err = unix.Fstat(int(out.Fd()), &st)
+		}
 	}
-	if err := out.Chmod(mode); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "chmod %s", path)
+	if err != nil {
+		return ident{}, errcode.Wrap(errcode.Internal, err, "seal %s", path)
 	}
 	if err := out.Close(); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "close %s", path)
+		return ident{}, errcode.Wrap(errcode.Internal, err, "close %s", path)
 	}
-	return nil
+	return identOf(-1, e.Path, &st), nil
 }
 
 // seal makes a directory of the copy 0555; flush makes it durable.

@@ -400,7 +400,7 @@ func TestInstallSourceChangedDuringCopy(t *testing.T) {
 					c.change(t, src)
 				}
 			}}
-			wantCode(t, InstallWith(src, tr, dst, opts), errcode.IntegrityMismatch)
+			wantCode(t, errOf(InstallWith(src, tr, dst, opts)), errcode.IntegrityMismatch)
 			if !changed {
 				t.Fatal("the copy never reported its first file")
 			}
@@ -427,9 +427,203 @@ func TestInstallSourceTouchedDuringCopy(t *testing.T) {
 			must(t, os.Rename(filepath.Join(src, "lib2"), filepath.Join(src, "lib")))
 		}
 	}}
-	wantCode(t, InstallWith(src, tr, dst, opts), "")
+	wantCode(t, errOf(InstallWith(src, tr, dst, opts)), "")
 	if !touched {
 		t.Fatal("the copy never reported its first file")
 	}
 	onlyEntry(t, filepath.Dir(dst), filepath.Base(dst))
+}
+
+// tempCopy is the one temp directory that an Install is building in the
+// store parent of dst.
+func tempCopy(t *testing.T, dst string) string {
+	t.Helper()
+	tmps, err := filepath.Glob(filepath.Join(filepath.Dir(dst), ".tmp-*"))
+	must(t, err)
+	if len(tmps) != 1 {
+		t.Fatalf("temp copies %q, want one", tmps)
+	}
+	return tmps[0]
+}
+
+// rewrite writes data over the sealed file p in place (chmod u+w, write,
+// chmod back), as a same-user process that means it would.
+func rewrite(t *testing.T, p, data string) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	must(t, err)
+	chmod(t, p, 0o600)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	must(t, err)
+	_, err = f.WriteString(data)
+	must(t, err)
+	must(t, f.Close())
+	chmod(t, p, fi.Mode().Perm())
+}
+
+// TestInstallProvesCopyByStamps: [BIND-5] [INV-1] the rescan of a new copy is
+// proved from what the copy wrote instead of hashing it again (its
+// "verifying" stage has no step between start and end), but only while every file is the inode the copy wrote,
+// unchanged since: a copied file changed in the temp copy before the
+// rescan, in place with its size and mode restored or replaced by a new
+// file, a hard link to one, a symlink added, is caught (integrity-mismatch,
+// nothing left in the store), and one rewritten with the same bytes or
+// chmod'ed and sealed again is hashed again and accepted. Each change is
+// made from the progress hook once the last file is copied, before the copy
+// is sealed, flushed and renamed into place.
+func TestInstallProvesCopyByStamps(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(t *testing.T, tmp string)
+		want   errcode.Code
+	}{
+		{"nothing", func(*testing.T, string) {}, ""},
+		{"bytes changed in place, same size and mode", func(t *testing.T, tmp string) {
+			rewrite(t, filepath.Join(tmp, "lib/x.txt"), "y")
+		}, errcode.IntegrityMismatch},
+		{"an executable's bytes changed in place", func(t *testing.T, tmp string) {
+			rewrite(t, filepath.Join(tmp, "bin/run"), "#!/bin/sh\necho ho\n")
+		}, errcode.IntegrityMismatch},
+		{"replaced by a new file, same size and mode", func(t *testing.T, tmp string) {
+			p := filepath.Join(tmp, "firstmate-extension.json")
+			must(t, os.Remove(p))
+			must(t, os.WriteFile(p, []byte("{ }"), 0o444))
+		}, errcode.IntegrityMismatch},
+		{"rewritten with the same bytes", func(t *testing.T, tmp string) {
+			rewrite(t, filepath.Join(tmp, "lib/x.txt"), "x")
+		}, ""},
+		{"made writable and sealed again, bytes kept", func(t *testing.T, tmp string) {
+			chmod(t, filepath.Join(tmp, "bin/run"), 0o755)
+			chmod(t, filepath.Join(tmp, "bin/run"), 0o555)
+		}, ""},
+		{"a hard link made to a copied file from outside", func(t *testing.T, tmp string) {
+			must(t, os.Link(filepath.Join(tmp, "lib/x.txt"), filepath.Join(filepath.Dir(tmp), "..", "hl")))
+		}, errcode.IntegrityMismatch},
+		{"a symlink added", func(t *testing.T, tmp string) {
+			must(t, os.Symlink("x.txt", filepath.Join(tmp, "lib/alias")))
+		}, errcode.IntegrityMismatch},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := newPkg(t, fixtureInstall...)
+			tr := mustScan(t, src, Source)
+			dst := storePath(storeHome(t), tr)
+			changed := false
+			r := &recorder{}
+			opts := Options{Progress: func(stage string, files, total int, bytes, totalBytes int64) {
+				r.progress(stage, files, total, bytes, totalBytes)
+				if stage == StageCopying && files == total && !changed {
+					changed = true
+					c.change(t, tempCopy(t, dst))
+				}
+			}}
+			got, err := InstallWith(src, tr, dst, opts)
+			if !changed {
+				t.Fatal("the copy never reported its last file")
+			}
+			wantCode(t, err, c.want)
+			if c.want != "" {
+				onlyEntry(t, filepath.Dir(dst), "")
+				return
+			}
+			if got.Digest != tr.Digest || got.Stamp != mustScan(t, dst, Installed).Stamp {
+				t.Fatalf("Install returned digest %s stamp %s, not the copy's", got.Digest, got.Stamp)
+			}
+			r.stages(t, tr, StageCopying, StageVerifying)
+			hashed := r.steps(StageVerifying) > 2
+			if hashed != (c.name != "nothing") { // every change makes the proof fail
+				t.Fatalf("the copy was hashed again: %v", hashed)
+			}
+		})
+	}
+}
+
+// TestInstallSealsUnderUmask: [BIND-5] [HOME-4] files are created with their
+// final modes; a umask that takes bits from them (0077) is undone by a chmod
+// before the copy's stamps are taken, so the copy is still proved without
+// hashing it again.
+func TestInstallSealsUnderUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	src := newPkg(t, fixtureInstall...)
+	tr := mustScan(t, src, Source)
+	dst := storePath(storeHome(t), tr)
+	r := &recorder{}
+	_, err := InstallWith(src, tr, dst, Options{Progress: r.progress})
+	wantCode(t, err, "")
+	r.stages(t, tr, StageCopying, StageVerifying)
+	if n := r.steps(StageVerifying); n != 2 {
+		t.Errorf("the copy was hashed again (%d steps)", n)
+	}
+	if mode, _ := lstat(t, filepath.Join(dst, "bin/run")); mode.Perm() != 0o555 {
+		t.Errorf("bin/run has mode %v", mode)
+	}
+	if mode, _ := lstat(t, filepath.Join(dst, "lib/x.txt")); mode.Perm() != 0o444 {
+		t.Errorf("lib/x.txt has mode %v", mode)
+	}
+}
+
+// TestReverify: [INV-1] Reverify accepts an installed tree unchanged since
+// it was verified without hashing it, keeping the entrypoint open as
+// ScanWith does; any change since makes it hash the tree again: changed
+// bytes give another digest (which the caller refuses), the same bytes
+// rewritten give the same digest with a new stamp, a mode change is
+// refused by the Installed rules.
+func TestReverify(t *testing.T) {
+	setup := func(t *testing.T) (string, *Tree) {
+		src := newPkg(t, fixtureInstall...)
+		tr := mustScan(t, src, Source)
+		dst := storePath(storeHome(t), tr)
+		inst, err := InstallWith(src, tr, dst, Options{})
+		must(t, err)
+		return dst, inst
+	}
+	t.Run("unchanged", func(t *testing.T) {
+		dst, inst := setup(t)
+		r := &recorder{}
+		got, err := Reverify(dst, inst, Options{Keep: "bin/run", Progress: r.progress})
+		must(t, err)
+		defer got.Kept.Close()
+		defer got.Root.Close()
+		if len(r.reports) != 0 {
+			t.Fatalf("an unchanged tree was hashed again: %+v", r.reports)
+		}
+		if got.Digest != inst.Digest || got.Stamp != inst.Stamp {
+			t.Fatal("Reverify changed the digest or the stamp")
+		}
+		var kept, named, root, dir syscall.Stat_t
+		must(t, syscall.Fstat(int(got.Kept.Fd()), &kept))
+		must(t, syscall.Stat(filepath.Join(dst, "bin/run"), &named))
+		must(t, syscall.Fstat(int(got.Root.Fd()), &root))
+		must(t, syscall.Stat(dst, &dir))
+		if kept.Ino != named.Ino || root.Ino != dir.Ino {
+			t.Fatal("the kept descriptors are not the tree's entrypoint and root")
+		}
+	})
+	t.Run("bytes changed", func(t *testing.T) {
+		dst, inst := setup(t)
+		rewrite(t, filepath.Join(dst, "lib/x.txt"), "y")
+		got, err := Reverify(dst, inst, Options{})
+		must(t, err)
+		if got.Digest == inst.Digest {
+			t.Fatal("a changed tree kept its digest")
+		}
+	})
+	t.Run("same bytes rewritten", func(t *testing.T) {
+		dst, inst := setup(t)
+		rewrite(t, filepath.Join(dst, "lib/x.txt"), "x")
+		r := &recorder{}
+		got, err := Reverify(dst, inst, Options{Progress: r.progress})
+		must(t, err)
+		if got.Digest != inst.Digest || got.Stamp == inst.Stamp {
+			t.Fatal("a rewritten tree was not hashed again")
+		}
+		r.stages(t, inst, StageVerifying)
+	})
+	t.Run("mode changed", func(t *testing.T) {
+		dst, inst := setup(t)
+		chmod(t, filepath.Join(dst, "lib/x.txt"), 0o644)
+		_, err := Reverify(dst, inst, Options{})
+		wantCode(t, err, errcode.ModeUnsafe)
+	})
 }

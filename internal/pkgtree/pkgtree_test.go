@@ -69,6 +69,9 @@ func chmod(t testing.TB, p string, m os.FileMode) {
 	}
 }
 
+// errOf is the error of a call that also returns a tree.
+func errOf(_ *Tree, err error) error { return err }
+
 func wantCode(t testing.TB, err error, code errcode.Code) {
 	t.Helper()
 	if code == "" {

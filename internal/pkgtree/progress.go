@@ -10,7 +10,9 @@ import "sync"
 // content.
 //
 // It is called once per stage with nothing done, once the walk has counted
-// the tree and before any file is read, then after every file. Calls never
+// the tree and before any file is read, then after every file; a
+// verification that proves the files without reading them (Install's proof
+// of its own copy) reports its end right after its start. Calls never
 // overlap (the hashing workers take turns), so it must return quickly and
 // must not call into pkgtree.
 type Progress func(stage string, files, totalFiles int, bytes, totalBytes int64)
