@@ -50,7 +50,10 @@ type NewOptions struct {
 // Pending is a new file being written in a pinned directory, not yet at its
 // final name. Write to it, then publish it with exactly one of Create,
 // Replace or Exchange, or drop it with Abort. Errors of its methods are the
-// raw errno or os error, for the caller to wrap with its own words.
+// raw errno or os error, for the caller to wrap with its own words; Write's
+// is an *os.PathError naming the file as os.File.Write does (the directory
+// of an unnamed file, else the temp's path), the words fm printed before
+// this layer.
 type Pending struct {
 	dir  *os.File // where the file is written
 	to   *os.File // where it is published
@@ -104,7 +107,11 @@ func (p *Pending) Write(b []byte) (int, error) {
 			continue
 		}
 		if err != nil {
-			return n, err
+			name := p.dir.Name()
+			if p.tmp != "" {
+				name = filepath.Join(name, p.tmp)
+			}
+			return n, &os.PathError{Op: "write", Path: name, Err: err}
 		}
 		n += m
 	}

@@ -86,7 +86,12 @@ func OpenDir(path string, r DirRule) (*os.File, error) {
 func CheckDir(path string, r DirRule) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
-		return r.openErr(path, err)
+		if errors.Is(err, os.ErrNotExist) {
+			return r.openErr(path, err)
+		}
+		// Nothing was opened: the words of the home's check before the
+		// layer, "directory <path>: <errno>".
+		return errcode.Wrap(errcode.PathUnsafe, err, "%s %q", r.what(), path)
 	}
 	return r.check(path, &st)
 }

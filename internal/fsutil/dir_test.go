@@ -526,3 +526,19 @@ func TestRacingWriters(t *testing.T) {
 	}
 	t.Logf("%d reads during %d replaces", reads, n)
 }
+
+// [HOME-3] CheckDir's words when the path cannot be looked up are those of
+// the home's check before the layer ("directory <path>: <errno>"): it does
+// not open anything, so it must not say "open".
+func TestCheckDirLookupError(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(file, "extensions.d")
+	err := CheckDir(p, DirRule{})
+	if want := fmt.Sprintf("directory %q: not a directory", p); err == nil || err.Error() != want || errcode.Of(err) != errcode.PathUnsafe {
+		t.Fatalf("CheckDir under a file: %v, want path-unsafe, exactly %q", err, want)
+	}
+}

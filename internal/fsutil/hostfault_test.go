@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -98,5 +99,36 @@ func TestTempSweepForReal(t *testing.T) {
 	}
 	if got := names(); !slices.Equal(got, []string{"keep.json"}) {
 		t.Fatalf("left %q", got)
+	}
+}
+
+// [CLI-3] The words of an ENOSPC stay what they were before the layer: a
+// write that fails names the file written, as os.File.Write does ("write
+// <dir>: ..." for an unnamed file, "write <dir>/<temp>: ..." for a named
+// one), so procevent's and the wake queue's error output is unchanged.
+func TestWriteErrorNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v): run as root with CAP_SYS_ADMIN", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	d, err := OpenDir(dir, DirRule{Perm: Exact0700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	big := bytes.Repeat([]byte("x"), 64<<10)
+	err = CreateAt(d, "big", big)
+	if want := `write a file in "` + dir + `": write ` + dir + `: no space left on device`; err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("CreateAt on a full disk: %v, want it to end %q", err, want)
+	}
+	p, err := NewAt(d, NewOptions{Temp: "named.tmp", Stale: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Abort()
+	_, err = p.Write(big)
+	if want := "write " + filepath.Join(dir, "named.tmp") + ": no space left on device"; err == nil || err.Error() != want {
+		t.Errorf("Pending.Write of a named temp on a full disk: %v, want %q", err, want)
 	}
 }

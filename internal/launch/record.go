@@ -297,6 +297,10 @@ func (d *recordDir) publish(tmp, name string, data []byte) error {
 		err = p.Exchange(name)
 	}
 	p.Abort()
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the errno alone, as records have always said it
+	}
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "write invocation record %s", filepath.Join(d.path, name))
 	}
