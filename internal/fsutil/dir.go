@@ -37,8 +37,9 @@ const (
 	OwnerOnly
 	// Exact0700: exactly 0700 (the external boundary of [CAP-6]).
 	Exact0700
-	// AnyPerm: any bits; only for a directory whose mode fm copies from
-	// elsewhere (a kept copy of fm home import), where the mode is data.
+	// AnyPerm: any bits; only for a directory whose mode is not fm's to
+	// judge: a kept copy of fm home import, where the mode is data, and the
+	// SDK's replay store, which is the adapter's own.
 	AnyPerm
 )
 

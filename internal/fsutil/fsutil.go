@@ -70,12 +70,18 @@ var errUnlinked = errors.New("file unlinked while it was opened")
 // reopening reads the private file that open opens, opening it again while
 // the file it got had lost its last link (see ReadPrivateFile).
 func reopening(path string, open func() (*os.File, error), max int64) ([]byte, error) {
+	return reopeningAs(path, open, max, true)
+}
+
+// reopeningAs is reopening with the owner, mode and link-count part of the
+// private-file rule applied only when private is set.
+func reopeningAs(path string, open func() (*os.File, error), max int64, private bool) ([]byte, error) {
 	for range reopenBound {
 		f, err := open()
 		if err != nil {
 			return nil, err
 		}
-		data, err := readPrivate(f, path, max)
+		data, err := readPrivate(f, path, max, private)
 		f.Close()
 		if err != errUnlinked {
 			return data, err
@@ -89,8 +95,21 @@ func reopening(path string, open func() (*os.File, error), max int64) ([]byte, e
 // directory path swapped after dir was opened and checked cannot redirect the
 // read. Errors name dir's path joined with name.
 func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
+	return readAt(dir, name, max, true)
+}
+
+// ReadAt is ReadPrivateAt without the owner, mode and link-count rule: a
+// regular file, not a link, at most max bytes. It is for files that are
+// the reader's own data rather than fm's trust state (the SDK's replay
+// records, which an adapter may have written under any umask and kept
+// with a second link), where refusing would lose an event.
+func ReadAt(dir *os.File, name string, max int64) ([]byte, error) {
+	return readAt(dir, name, max, false)
+}
+
+func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) {
 	path := filepath.Join(dir.Name(), name)
-	return reopening(path, func() (*os.File, error) {
+	return reopeningAs(path, func() (*os.File, error) {
 		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		switch {
 		case err == unix.ELOOP:
@@ -101,11 +120,12 @@ func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
 			return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
 		}
 		return os.NewFile(uintptr(fd), path), nil
-	}, max)
+	}, max, private)
 }
 
-// readPrivate applies the private-file rule of ReadPrivateFile to an open file.
-func readPrivate(f *os.File, path string, max int64) ([]byte, error) {
+// readPrivate applies the private-file rule of ReadPrivateFile to an open
+// file; without private, only its type and size parts.
+func readPrivate(f *os.File, path string, max int64, private bool) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "stat %q", path)
@@ -115,6 +135,7 @@ func readPrivate(f *os.File, path string, max int64) ([]byte, error) {
 		return nil, errcode.New(errcode.LinkUnsafe, "%q is not a regular file; move it aside", path)
 	case st.Nlink == 0:
 		return nil, errUnlinked
+	case !private:
 	case st.Nlink != 1:
 		return nil, errcode.New(errcode.LinkUnsafe, "%q has %d hard links; it must have exactly one: remove the other names of it", path, st.Nlink)
 	case int(st.Uid) != os.Geteuid():

@@ -121,7 +121,7 @@ func (r *Replay) Load(sourceID, requestID string) (rec ReplayRecord, ok bool, er
 	}
 	var data []byte
 	err = r.at(func(d *os.File) (err error) {
-		data, err = fsutil.ReadPrivateAt(d, filepath.Base(p), 2*wire.MaxEnvelopeBytes)
+		data, err = fsutil.ReadAt(d, filepath.Base(p), 2*wire.MaxEnvelopeBytes)
 		return err
 	})
 	if errors.Is(err, fs.ErrNotExist) {
@@ -210,8 +210,11 @@ func (r *Replay) Poll(call *Call, in PollInput, poll func() (PollResult, error))
 }
 
 // at runs op on the store's directory, pinned (fsutil.OpenDir: a real
-// directory, owned by the adapter's user, not group- or world-writable), so
-// that every write goes through the handle and the layer's durability rule.
+// directory owned by the adapter's user), so that every write goes through
+// the handle and the layer's durability rule. Its mode and its records'
+// modes and links are the adapter's own business, as they always were: a
+// record kept under another umask, or with a second link for a backup, is
+// still replayed (fsutil.ReadAt), because refusing it would lose its event.
 func (r *Replay) at(op func(*os.File) error) error {
 	d, err := fsutil.OpenDir(r.dir, replayDirRule)
 	if err != nil {
@@ -224,4 +227,4 @@ func (r *Replay) at(op func(*os.File) error) error {
 	return nil
 }
 
-var replayDirRule = fsutil.DirRule{What: "replay directory"}
+var replayDirRule = fsutil.DirRule{What: "replay directory", Perm: fsutil.AnyPerm}

@@ -180,3 +180,50 @@ func mustOpen(t *testing.T, dir string) *adapter.Replay {
 	}
 	return r
 }
+
+// [OP-3] The replay store reads its records as it always did: a record left
+// read-only (written under umask 0277) with a second link (a backup), in a
+// store directory an operator made group-writable, is still replayed, since
+// refusing it after an SDK upgrade would lose its event. A symlinked record
+// is still refused.
+func TestReplayKeepsOldRecordsReadable(t *testing.T) {
+	r, err := adapter.OpenReplay(filepath.Join(t.TempDir(), "replay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := adaptertest.NewRequestID()
+	rec := adapter.ReplayRecord{RequestID: id, SourceID: "s", Result: adapter.Output("x")}
+	if err := r.Store(rec); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(r.Dir(), "s.json")
+	if err := os.Chmod(p, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, filepath.Join(t.TempDir(), "backup.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(r.Dir(), 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := r.Load("s", id); err != nil || !ok || got != rec {
+		t.Fatalf("load of a 0400 record with two links: %+v %v %v", got, ok, err)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "s.json")
+	if err := os.WriteFile(elsewhere, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := r.Load("s", id); err == nil || ok {
+		t.Fatalf("a symlinked record was read: ok %v err %v", ok, err)
+	}
+}
