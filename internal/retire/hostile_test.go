@@ -152,3 +152,29 @@ func TestTransferUnitSwappedBeforeMove(t *testing.T) {
 		t.Fatalf("the binding was moved through the link: %v", err)
 	}
 }
+
+// [XFER-6] retire-transfer's unit moved away between its validation and the
+// binding move is refused (path-unsafe; before the one move step,
+// internal): the binding stays enabled, and no unit is made up in its place
+// (a unit holding only a binding.json would be retired into retired-staging
+// without its package and receipt, and the operator told it was retired).
+func TestTransferUnitGoneBeforeMove(t *testing.T) {
+	h, r := received(t)
+	moved := filepath.Join(h.Root, "unit-away")
+	retire.SetBeforeMove(t, func(*binding.Binding) {
+		if err := os.Rename(r.Unit, moved); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := transfer.Retire(context.Background(), h, fakeID, r.TransferDigest, r.Binding.Digest); !errcode.Is(err, errcode.PathUnsafe) {
+		t.Fatalf("%v, want path-unsafe", err)
+	}
+	if _, err := os.Lstat(r.Binding.Path); err != nil {
+		t.Fatalf("the enabled binding is gone: %v", err)
+	}
+	for _, p := range []string{r.Unit, h.RetiredStaging()} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s was made up by the retire: %v", p, err)
+		}
+	}
+}

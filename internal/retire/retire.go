@@ -77,7 +77,7 @@ func Binding(ctx context.Context, h *home.Home, id, digest string) (string, erro
 		return nil
 	}
 	dst := filepath.Join(h.RetiredBindings(), b.ExtensionID, binding.Hex(b.Digest)+".json")
-	if err := Enabled(h, b, digest, notTransferred, dst); err != nil {
+	if err := Enabled(h, b, digest, notTransferred, dst, true); err != nil {
 		return "", err
 	}
 	return dst, nil
@@ -89,9 +89,10 @@ func Binding(ctx context.Context, h *home.Home, id, digest string) (string, erro
 // that b is the caller's to retire; b's installed package must revalidate;
 // nothing may depend on b (procevent.Preflight: a registration or an
 // unhandled result; host.ReleaseInvocations: an invocation record), else
-// binding-in-use; then b moves to dst (moveBinding). Anything refused before
-// the move changes nothing in the registry.
-func Enabled(h *home.Home, b *binding.Binding, digest string, owns func(*binding.Binding) error, dst string) error {
+// binding-in-use; then b moves to dst (moveBinding; with mkdir, dst's
+// directory is created when missing, else it must exist). Anything refused
+// before the move changes nothing in the registry.
+func Enabled(h *home.Home, b *binding.Binding, digest string, owns func(*binding.Binding) error, dst string, mkdir bool) error {
 	if b.Digest != digest {
 		return errcode.New(errcode.OwnerMismatch, "binding %s has digest %s, not %s; inspect it and retry with the current digest", b.ExtensionID, b.Digest, digest)
 	}
@@ -107,7 +108,7 @@ func Enabled(h *home.Home, b *binding.Binding, digest string, owns func(*binding
 	if err := host.ReleaseInvocations(h, b.Digest); err != nil {
 		return err
 	}
-	return moveBinding(b, dst)
+	return moveBinding(b, dst, mkdir)
 }
 
 // beforeMove, when set by a test, runs at the start of moveBinding, to
@@ -119,12 +120,15 @@ var beforeMove func(b *binding.Binding)
 // binding b to dst. The file is re-read through the private-file rules right
 // before the move and must still have b's digest, so a concurrent
 // replacement is never moved by a stale caller (owner-mismatch). dst's
-// directory is created private (0700) when missing. The rename replaces
+// directory must be private; with mkdir it is created (0700) when missing
+// (retire-binding's retired-bindings/<id>), without it it must already exist
+// (retire-transfer's unit, validated by the caller: a unit moved away since
+// is refused, path-unsafe, never made up empty and retired). The rename replaces
 // nothing; a dst that already holds the very same bytes (the binding was
 // retired before and restored by copy) is kept and the enabled file removed.
 // Both directories are fsynced, so the move is durable when it returns, and
 // moving dst back restores the binding.
-func moveBinding(b *binding.Binding, dst string) error {
+func moveBinding(b *binding.Binding, dst string, mkdir bool) error {
 	if beforeMove != nil {
 		beforeMove(b)
 	}
@@ -136,7 +140,11 @@ func moveBinding(b *binding.Binding, dst string) error {
 		return errcode.New(errcode.OwnerMismatch, "binding %q changed since it was validated; re-run with its current digest", b.Path)
 	}
 	dir := filepath.Dir(dst)
-	if err := home.EnsurePrivate(dir, false); err != nil {
+	ensure := home.CheckPrivate
+	if mkdir {
+		ensure = home.EnsurePrivate
+	}
+	if err := ensure(dir, false); err != nil {
 		return err
 	}
 	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst); err != nil {

@@ -116,7 +116,7 @@ func Retire(ctx context.Context, h *home.Home, id, transferDigest, bindingDigest
 		return nil, errcode.New(errcode.RetirementPartial, "binding %s of %s is enabled at %s and also retained at %s; resolve it by hand", enabled.Digest, id, enabled.Path, kept)
 	case enabled != nil:
 		owns := func(b *binding.Binding) error { return u.owns(&b.Record, b.Path) }
-		if err := retire.Enabled(h, enabled, bindingDigest, owns, kept); err != nil {
+		if err := retire.Enabled(h, enabled, bindingDigest, owns, kept, false); err != nil {
 			return nil, err
 		}
 	case moved:
