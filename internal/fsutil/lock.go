@@ -58,6 +58,18 @@ import (
 //     regular file that holds this lock's tag counts as a holder as well,
 //     wherever the file now is. A moved wake queue has no tag; its wakes
 //     moved with it, and its holder's append with them.
+//     The look-up costs no more with the descriptors of other holders:
+//     their /proc/locks entries are kept only when on the device that
+//     /proc/locks gives the contender's own lock (a removed or moved lock
+//     file stays on its file system; Held, which holds nothing, keeps all),
+//     and the descriptors of another process on the inodes it holds are
+//     remembered from one listing of its /proc/<pid>/fd and proved current
+//     by one stat each (an open descriptor pins its inode, so the number
+//     cannot name another file of that inode number). A process is listed
+//     again only when it holds an inode not remembered, or a remembered
+//     descriptor no longer proves current; no negative answer is kept. So
+//     a warm look-up costs a stat and a readlink per lock another process
+//     holds on the file system, not a stat per descriptor it has open.
 //     Only holders of the same effective uid can be seen
 //     this way, and every lock file is owned by that uid; the holder must be
 //     the process that took the lock, which for fm's close-on-exec

@@ -252,6 +252,30 @@ func TestLockLookupScansNeighbourOnce(t *testing.T) {
 	}
 }
 
+// [LIFE-1] [RUN-4] A holder of locks on another file system is never
+// listed: a lock file removed or moved stays on its file system, so Lock
+// skips the /proc/locks entries on another device than its own lock's.
+func TestLockLookupSkipsOtherDevice(t *testing.T) {
+	dir, d := openDir(t)
+	other, err := os.MkdirTemp("/dev/shm", "fm-lock-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(other, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the file system of the test's directory")
+	}
+	nb := startNoise(t, other, 100, 10)
+	scans := countScans(t, nb.pid)
+	for range 5 {
+		lockRelease(t, d, "mine")
+	}
+	if got := scans.Load(); got != 0 {
+		t.Fatalf("Lock listed the descriptors of a holder on another file system %d times", got)
+	}
+}
+
 // holdLock starts a process that holds the lock "l" of dir until it is killed.
 func holdLock(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
