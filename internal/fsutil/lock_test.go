@@ -194,7 +194,7 @@ func lockRelease(t *testing.T, d *os.File, name string) {
 // [LIFE-1] [RUN-2] [RUN-4] The orphan look-up's cost does not grow with the
 // descriptors of other processes that hold flocks: beside a neighbour with
 // 3,000 open descriptors and 300 held locks in the same directory, a warm
-// Lock lists its /proc/<pid>/fd no more (the uncached look-up lists it on
+// Lock (four at once) lists its /proc/<pid>/fd no more (the uncached look-up lists it on
 // every Lock), and the remembered descriptors still find that neighbour an
 // orphaned holder once its lock file is removed or moved, and after it took
 // a lock again through another descriptor.
@@ -209,9 +209,20 @@ func TestLockLookupScansNeighbourOnce(t *testing.T) {
 	}
 	const locks = 20
 	scans.Store(0)
-	for range locks {
-		lockRelease(t, d, "mine")
+	var wg sync.WaitGroup // as serve's runners do: four at once
+	for i := range 4 {
+		wg.Go(func() {
+			for range locks / 4 {
+				l, err := Lock(context.Background(), d, "mine"+strconv.Itoa(i), LockOptions{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Release()
+			}
+		})
 	}
+	wg.Wait()
 	if got := scans.Load(); got != 0 {
 		t.Fatalf("%d warm Locks listed the neighbour's descriptors %d times, want 0", locks, got)
 	}
