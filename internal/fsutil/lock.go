@@ -60,8 +60,11 @@ import (
 //     moved with it, and its holder's append with them.
 //     The look-up costs no more with the descriptors of other holders:
 //     their /proc/locks entries are kept only when on the device that
-//     /proc/locks gives the contender's own lock (a removed or moved lock
-//     file stays on its file system; Held, which holds nothing, keeps all),
+//     /proc/locks gives the contender's own lock, where that is the device
+//     stat(2) gives the directory (a removed or moved lock file stays on
+//     its file system; an overlay, a btrfs subvolume or a file mounted over
+//     the name may disagree, and then all are kept, as by Held, which holds
+//     nothing),
 //     and the descriptors of another process on the inodes it holds are
 //     remembered from one listing of its /proc/<pid>/fd and proved current
 //     by one stat each (an open descriptor pins its inode, so the number
@@ -436,15 +439,21 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 	}
 	self := strconv.Itoa(os.Getpid())
 	// The device of the directory's file system as /proc/locks prints it:
-	// that of the caller's own entry on the file it holds. stat(2) may
-	// report another (an overlay, a btrfs subvolume), /proc/locks never
-	// does for two files of one directory, and a removed or moved lock
-	// file stays on its file system (a move across file systems removes
-	// it). Held, which holds nothing, compares no device.
+	// that of the caller's own entry on the file it holds, when it is the
+	// device stat(2) gives the directory. A removed or moved lock file stays
+	// on its file system (a move across file systems removes it), so an
+	// entry on another device cannot be an orphan of the name. Where the two
+	// disagree (an overlay or a btrfs subvolume reports another device than
+	// /proc/locks; a file mounted over the name is on another file system
+	// than the one the holder of the file under it locked), no device is
+	// compared; nor by Held, which holds nothing.
 	dev := ""
-	for _, l := range locks {
-		if f != nil && l.pid == self && l.ino == current {
-			dev = l.dev
+	var dirSt unix.Stat_t
+	if f != nil && unix.Fstat(int(dir.Fd()), &dirSt) == nil {
+		for _, l := range locks {
+			if l.pid == self && l.ino == current && l.dev == devString(dirSt.Dev) {
+				dev = l.dev
+			}
 		}
 	}
 	inos := map[string]map[uint64]bool{} // pid -> flocked inodes

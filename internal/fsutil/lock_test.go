@@ -287,6 +287,35 @@ func TestLockLookupSkipsOtherDevice(t *testing.T) {
 	}
 }
 
+// [LIFE-1] [RUN-4] A file of another file system mounted over a held lock
+// file does not let a second holder in: the device filter is not used where
+// the contender's own lock is on another device than its directory (root
+// only: it mounts).
+func TestLockHoldsWhenFileMountedOver(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir, d := openDir(t)
+	other, err := os.MkdirTemp("/dev/shm", "fm-lock-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	over := filepath.Join(other, "over")
+	if err := os.WriteFile(over, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	holdLock(t, dir)
+	if out, err := exec.Command("mount", "--bind", over, filepath.Join(dir, "l")).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", filepath.Join(dir, "l")).Run() })
+	if l, err := Lock(context.Background(), d, "l", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
+		l.Release()
+		t.Fatalf("Try beside the holder of the file under the mount: %v", err)
+	}
+}
+
 // holdLock starts a process that holds the lock "l" of dir until it is killed.
 func holdLock(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
