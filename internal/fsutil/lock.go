@@ -58,6 +58,21 @@ import (
 //     regular file that holds this lock's tag counts as a holder as well,
 //     wherever the file now is. A moved wake queue has no tag; its wakes
 //     moved with it, and its holder's append with them.
+//     The look-up costs no more with the descriptors of other holders:
+//     their /proc/locks entries are kept only when on the device that
+//     /proc/locks gives the contender's own lock, where that is the device
+//     stat(2) gives the directory (a removed or moved lock file stays on
+//     its file system; an overlay, a btrfs subvolume or a file mounted over
+//     the name may disagree, and then all are kept, as by Held, which holds
+//     nothing),
+//     and the descriptors of another process on the inodes it holds are
+//     remembered from one listing of its /proc/<pid>/fd and proved current
+//     by one stat each (an open descriptor pins its inode, so the number
+//     cannot name another file of that inode number). A process is listed
+//     again only when it holds an inode not remembered, or a remembered
+//     descriptor no longer proves current; no negative answer is kept. So
+//     a warm look-up costs a stat and a readlink per lock another process
+//     holds on the file system, not a stat per descriptor it has open.
 //     Only holders of the same effective uid can be seen
 //     this way, and every lock file is owned by that uid; the holder must be
 //     the process that took the lock, which for fm's close-on-exec
@@ -423,9 +438,27 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 		}
 	}
 	self := strconv.Itoa(os.Getpid())
+	// The device of the directory's file system as /proc/locks prints it:
+	// that of the caller's own entry on the file it holds, when it is the
+	// device stat(2) gives the directory. A removed or moved lock file stays
+	// on its file system (a move across file systems removes it), so an
+	// entry on another device cannot be an orphan of the name. Where the two
+	// disagree (an overlay or a btrfs subvolume reports another device than
+	// /proc/locks; a file mounted over the name is on another file system
+	// than the one the holder of the file under it locked), no device is
+	// compared; nor by Held, which holds nothing.
+	dev := ""
+	var dirSt unix.Stat_t
+	if f != nil && unix.Fstat(int(dir.Fd()), &dirSt) == nil {
+		for _, l := range locks {
+			if l.pid == self && l.ino == current && l.dev == devString(dirSt.Dev) {
+				dev = l.dev
+			}
+		}
+	}
 	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
 	for _, l := range locks {
-		if l.pid == self || l.ino == current {
+		if l.pid == self || l.ino == current || dev != "" && l.dev != dev && !lookupUncached {
 			continue
 		}
 		if inos[l.pid] == nil {
@@ -438,10 +471,14 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 	if unix.Fstatat(int(dir.Fd()), name, &now, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		now.Ino = 0
 	}
-	// moved reports whether the descriptor fd, a locked file st, is a lock
-	// file of this name moved elsewhere: a regular file other than the one
-	// at the name that holds the tag.
-	moved := func(fd string, st *unix.Stat_t) bool {
+	// holds reports whether the descriptor fd, a locked file st, is an
+	// orphaned holder: it names "<at> (deleted)", or it is a lock file of
+	// this name moved elsewhere (a regular file other than the one at the
+	// name that holds the tag).
+	holds := func(fd string, st *unix.Stat_t) bool {
+		if t, err := os.Readlink(fd); err == nil && t == want {
+			return true
+		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(wantTag)) || (st.Dev == now.Dev && st.Ino == now.Ino) {
 			return false
 		}
@@ -449,22 +486,153 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 		return err == nil && bytes.Equal(got, wantTag)
 	}
 	for pid, locked := range inos {
-		fds, err := os.ReadDir("/proc/" + pid + "/fd")
-		if err != nil {
-			continue // gone, or another user's process: it cannot hold our lock files
-		}
-		for _, e := range fds {
-			fd := "/proc/" + pid + "/fd/" + e.Name()
-			var st unix.Stat_t
-			if unix.Stat(fd, &st) != nil || !locked[st.Ino] {
-				continue
+		fds, ok := lockFDs.valid(pid, locked)
+		if !ok {
+			if fds, ok = scanFDs(pid, locked); !ok {
+				continue // gone, or another user's process: it cannot hold our lock files
 			}
-			if t, err := os.Readlink(fd); err == nil && t == want || moved(fd, &st) {
+		}
+		for _, d := range fds {
+			if holds(d.path, &d.st) {
 				return true, at, nil
 			}
 		}
 	}
+	lockFDs.prune(locks)
 	return false, at, nil
+}
+
+// lookupUncached makes the orphan look-up scan every descriptor of every
+// other holder on each call, as before lockFDs, and compare no device: only
+// BenchmarkLockNeighbour sets it, to measure both in one run.
+var lookupUncached bool
+
+// fdScanned is called with the pid of each /proc/<pid>/fd directory the
+// orphan look-up lists (a test counts them).
+var fdScanned = func(pid string) {}
+
+// lockFD is a descriptor of another process on an inode it holds flocked:
+// its /proc/<pid>/fd path and what it was when last looked at.
+type lockFD struct {
+	path string
+	st   unix.Stat_t
+}
+
+// lockFDs remembers, for each other process, its descriptors on the inodes
+// it holds flocked, so that the orphan look-up lists /proc/<pid>/fd (which
+// costs a stat per descriptor: a serve with 1,000 sources has thousands)
+// only when that process holds a lock on an inode it has not seen it hold.
+// A remembered descriptor is proved still current by one stat: it still
+// names the inode, which cannot be reused while that descriptor holds it
+// open. A process whose remembered descriptors no longer all prove current,
+// or that holds an inode not remembered, is listed again; so is one where
+// no descriptor was found (nothing negative is remembered: the process may
+// have locked the inode anew since /proc/locks was read).
+var lockFDs fdCache
+
+type fdCache struct {
+	sync.Mutex
+	byPid map[string]map[uint64]*heldFDs // pid -> inode -> descriptors
+}
+
+type heldFDs struct {
+	fds []lockFD
+	// missed counts the reads of /proc/locks in a row that did not list the
+	// inode: a read of more than a page is not one snapshot and can skip a
+	// line, so an inode is forgotten only when missed twice.
+	missed int
+}
+
+// valid returns the remembered descriptors of pid on the inodes locked,
+// each proved current by a stat, or false when pid must be listed again.
+func (c *fdCache) valid(pid string, locked map[uint64]bool) ([]lockFD, bool) {
+	if lookupUncached {
+		return nil, false
+	}
+	c.Lock()
+	known := c.byPid[pid]
+	var out []lockFD
+	for ino := range locked {
+		h := known[ino]
+		if h == nil {
+			c.Unlock()
+			return nil, false
+		}
+		out = append(out, h.fds...)
+	}
+	c.Unlock()
+	for i := range out {
+		d := &out[i]
+		dev, ino := d.st.Dev, d.st.Ino
+		if unix.Stat(d.path, &d.st) != nil || d.st.Dev != dev || d.st.Ino != ino {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// scanFDs lists /proc/<pid>/fd for the descriptors on the inodes locked and
+// remembers those found; false when the directory cannot be read.
+func scanFDs(pid string, locked map[uint64]bool) ([]lockFD, bool) {
+	fdScanned(pid)
+	entries, err := os.ReadDir("/proc/" + pid + "/fd")
+	if err != nil {
+		return nil, false
+	}
+	var out []lockFD
+	found := map[uint64][]lockFD{}
+	for _, e := range entries {
+		d := lockFD{path: "/proc/" + pid + "/fd/" + e.Name()}
+		if unix.Stat(d.path, &d.st) != nil || !locked[d.st.Ino] {
+			continue
+		}
+		out = append(out, d)
+		found[d.st.Ino] = append(found[d.st.Ino], d)
+	}
+	lockFDs.Lock()
+	defer lockFDs.Unlock()
+	if lockFDs.byPid == nil {
+		lockFDs.byPid = map[string]map[uint64]*heldFDs{}
+	}
+	known := lockFDs.byPid[pid]
+	if known == nil {
+		known = map[uint64]*heldFDs{}
+		lockFDs.byPid[pid] = known
+	}
+	for ino := range locked {
+		if found[ino] != nil {
+			known[ino] = &heldFDs{fds: found[ino]}
+		} else {
+			delete(known, ino)
+		}
+	}
+	return out, true
+}
+
+// prune forgets the inodes that /proc/locks did not list twice in a row as
+// flocked by their process, so that the cache stays as small as it.
+func (c *fdCache) prune(locks []flockEntry) {
+	held := map[string]map[uint64]bool{}
+	for _, l := range locks {
+		if held[l.pid] == nil {
+			held[l.pid] = map[uint64]bool{}
+		}
+		held[l.pid][l.ino] = true
+	}
+	c.Lock()
+	defer c.Unlock()
+	for pid, inos := range c.byPid {
+		for ino, h := range inos {
+			if held[pid][ino] {
+				h.missed = 0
+			} else if h.missed++; h.missed >= 2 {
+				delete(inos, ino)
+			}
+		}
+		if len(inos) == 0 {
+			delete(c.byPid, pid)
+		}
+	}
 }
 
 // flockEntry is one held flock(2) lock of /proc/locks.

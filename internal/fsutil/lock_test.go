@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,8 +22,9 @@ import (
 
 // The lock tests run real processes: this test binary re-executed as a
 // holder (FM_LOCK_HOLD=<dir>: take the lock "l", say "held", wait to be
-// killed) or as a worker (FM_LOCK_WORK=<dir>:<n>: n times, take the lock and
-// increment the counter file "count" by a read, a pause and a write).
+// killed), as a worker (FM_LOCK_WORK=<dir>:<n>: n times, take the lock and
+// increment the counter file "count" by a read, a pause and a write) or as a
+// noisy neighbour (FM_LOCK_NOISE, see noise).
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("FM_LOCK_HOLD"); dir != "" {
 		d, err := os.Open(dir)
@@ -37,6 +40,9 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Minute)
 		l.Release()
 		os.Exit(0)
+	}
+	if spec := os.Getenv("FM_LOCK_NOISE"); spec != "" {
+		os.Exit(noise(spec))
 	}
 	if spec := os.Getenv("FM_LOCK_WORK"); spec != "" {
 		dir, n, _ := strings.Cut(spec, ":")
@@ -67,6 +73,247 @@ func work(dir string, n int) int {
 		l.Release()
 	}
 	return 0
+}
+
+// noise is a noisy neighbour, a serve of many sources in another home:
+// spec "<dir>:<fds>:<locks>" opens fds descriptors (of /dev/null) and holds
+// the locks "n0" ... of dir, says "held", then for each line "relock <name>"
+// on its stdin releases that lock and takes it again through a descriptor of
+// another number, and says "ok <old number> <new number>".
+func noise(spec string) int {
+	parts := strings.Split(spec, ":")
+	if len(parts) != 3 {
+		return 3
+	}
+	fds, _ := strconv.Atoi(parts[1])
+	n, _ := strconv.Atoi(parts[2])
+	d, err := os.Open(parts[0])
+	if err != nil {
+		return 3
+	}
+	var keep []*os.File
+	for range fds {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		keep = append(keep, f)
+	}
+	held := map[string]*Locked{}
+	for i := range n {
+		name := "n" + strconv.Itoa(i)
+		if held[name], err = Lock(context.Background(), d, name, LockOptions{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+	}
+	os.Stdout.WriteString("held\n")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		name, ok := strings.CutPrefix(in.Text(), "relock ")
+		if !ok || held[name] == nil {
+			return 3
+		}
+		was := held[name].File().Fd()
+		held[name].Release()
+		f, _ := os.Open(os.DevNull) // takes the lowest free number: the one just closed
+		if held[name], err = Lock(context.Background(), d, name, LockOptions{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		keep = append(keep, f)
+		fmt.Printf("ok %d %d\n", was, held[name].File().Fd())
+	}
+	return 0
+}
+
+// neighbour is a running noise process.
+type neighbour struct {
+	pid string
+	in  io.Writer
+	out *bufio.Reader
+}
+
+// startNoise starts a noisy neighbour holding locks "n0"... of dir, with fds
+// more descriptors, until the test ends.
+func startNoise(tb testing.TB, dir string, fds, locks int) *neighbour {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("FM_LOCK_NOISE=%s:%d:%d", dir, fds, locks))
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	n := &neighbour{pid: strconv.Itoa(cmd.Process.Pid), in: in, out: bufio.NewReader(out)}
+	if line, err := n.out.ReadString('\n'); err != nil || line != "held\n" {
+		tb.Fatalf("the neighbour did not take its locks: %q %v", line, err)
+	}
+	return n
+}
+
+func (n *neighbour) relock(t *testing.T, name string) {
+	t.Helper()
+	fmt.Fprintf(n.in, "relock %s\n", name)
+	line, err := n.out.ReadString('\n')
+	var was, now int
+	if _, serr := fmt.Sscanf(line, "ok %d %d\n", &was, &now); err != nil || serr != nil {
+		t.Fatalf("the neighbour did not relock %s: %q %v %v", name, line, err, serr)
+	}
+	if was == now {
+		t.Fatalf("the neighbour relocked %s through the same descriptor %d", name, now)
+	}
+}
+
+// countScans counts, until the test ends, the listings of /proc/<pid>/fd
+// that the orphan look-up makes.
+func countScans(t *testing.T, pid string) *atomic.Int64 {
+	var n atomic.Int64
+	fdScanned = func(p string) {
+		if p == pid {
+			n.Add(1)
+		}
+	}
+	t.Cleanup(func() { fdScanned = func(string) {} })
+	return &n
+}
+
+// lockRelease takes and drops the lock name of d, failing the test on error.
+func lockRelease(t *testing.T, d *os.File, name string) {
+	t.Helper()
+	l, err := Lock(context.Background(), d, name, LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+}
+
+// [LIFE-1] [RUN-2] [RUN-4] The orphan look-up's cost does not grow with the
+// descriptors of other processes that hold flocks: beside a neighbour with
+// 3,000 open descriptors and 300 held locks in the same directory, a warm
+// Lock (four at once) lists its /proc/<pid>/fd no more (the uncached look-up lists it on
+// every Lock), and the remembered descriptors still find that neighbour an
+// orphaned holder once its lock file is removed or moved, and after it took
+// a lock again through another descriptor.
+func TestLockLookupScansNeighbourOnce(t *testing.T) {
+	dir, d := openDir(t)
+	os.Mkdir(filepath.Join(dir, "sub"), 0o700)
+	nb := startNoise(t, dir, 3000, 300)
+	scans := countScans(t, nb.pid)
+	lockRelease(t, d, "mine") // warm-up: the neighbour's descriptors are listed once
+	if got := scans.Load(); got != 1 {
+		t.Fatalf("the first Lock listed the neighbour's descriptors %d times, want 1", got)
+	}
+	const locks = 20
+	scans.Store(0)
+	var wg sync.WaitGroup // as serve's runners do: four at once
+	for i := range 4 {
+		wg.Go(func() {
+			for range locks / 4 {
+				l, err := Lock(context.Background(), d, "mine"+strconv.Itoa(i), LockOptions{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if got := scans.Load(); got != 0 {
+		t.Fatalf("%d warm Locks listed the neighbour's descriptors %d times, want 0", locks, got)
+	}
+	lookupUncached = true
+	for range locks {
+		lockRelease(t, d, "mine")
+	}
+	lookupUncached = false
+	if got := scans.Load(); got != locks {
+		t.Fatalf("%d uncached Locks listed the neighbour's descriptors %d times, want %d", locks, got, locks)
+	}
+	scans.Store(0)
+	try := func(name string) {
+		t.Helper()
+		if l, err := Lock(context.Background(), d, name, LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
+			l.Release()
+			t.Fatalf("Try %s beside the neighbour holding its orphan: %v", name, err)
+		}
+		if held, err := Held(d, name, LockOptions{}); !held || err != nil {
+			t.Fatalf("Held %s beside the neighbour holding its orphan: %v %v", name, held, err)
+		}
+	}
+	os.Remove(filepath.Join(dir, "n0"))
+	try("n0")
+	os.Rename(filepath.Join(dir, "n1"), filepath.Join(dir, "sub", "n1"))
+	try("n1")
+	os.WriteFile(filepath.Join(dir, "n2.new"), nil, 0o600)
+	os.Rename(filepath.Join(dir, "n2.new"), filepath.Join(dir, "n2"))
+	try("n2")
+	if got := scans.Load(); got != 0 {
+		t.Fatalf("finding the orphans listed the neighbour's descriptors %d times, want 0", got)
+	}
+	nb.relock(t, "n3")
+	os.Remove(filepath.Join(dir, "n3"))
+	try("n3")
+	if got := scans.Load(); got != 1 {
+		t.Fatalf("after the neighbour relocked, the look-up listed its descriptors %d times, want 1", got)
+	}
+}
+
+// [LIFE-1] [RUN-4] A holder of locks on another file system is never
+// listed: a lock file removed or moved stays on its file system, so Lock
+// skips the /proc/locks entries on another device than its own lock's.
+func TestLockLookupSkipsOtherDevice(t *testing.T) {
+	dir, d := openDir(t)
+	other, err := os.MkdirTemp("/dev/shm", "fm-lock-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(other, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the file system of the test's directory")
+	}
+	nb := startNoise(t, other, 100, 10)
+	scans := countScans(t, nb.pid)
+	for range 5 {
+		lockRelease(t, d, "mine")
+	}
+	if got := scans.Load(); got != 0 {
+		t.Fatalf("Lock listed the descriptors of a holder on another file system %d times", got)
+	}
+}
+
+// [LIFE-1] [RUN-4] A file of another file system mounted over a held lock
+// file does not let a second holder in: the device filter is not used where
+// the contender's own lock is on another device than its directory (root
+// only: it mounts).
+func TestLockHoldsWhenFileMountedOver(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir, d := openDir(t)
+	other, err := os.MkdirTemp("/dev/shm", "fm-lock-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	over := filepath.Join(other, "over")
+	if err := os.WriteFile(over, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	holdLock(t, dir)
+	if out, err := exec.Command("mount", "--bind", over, filepath.Join(dir, "l")).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", filepath.Join(dir, "l")).Run() })
+	if l, err := Lock(context.Background(), d, "l", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
+		l.Release()
+		t.Fatalf("Try beside the holder of the file under the mount: %v", err)
+	}
 }
 
 // holdLock starts a process that holds the lock "l" of dir until it is killed.
@@ -256,6 +503,38 @@ func BenchmarkLock(b *testing.B) {
 			b.Fatal(err)
 		}
 		l.Release()
+	}
+}
+
+// BenchmarkLockNeighbour is BenchmarkLock beside no other holder and beside
+// a noisy neighbour (a serve of 1,000 sources: 8,000 descriptors and 1,000
+// held locks, in another directory of the same file system), with the orphan
+// look-up as before its cache (uncached: every descriptor of every other
+// holder is stat'ed on each Lock) and as now.
+func BenchmarkLockNeighbour(b *testing.B) {
+	for _, noisy := range []bool{false, true} {
+		for _, uncached := range []bool{true, false} {
+			name := fmt.Sprintf("neighbour=%v/uncached=%v", noisy, uncached)
+			b.Run(name, func(b *testing.B) {
+				if noisy {
+					startNoise(b, b.TempDir(), 8000, 1000)
+				}
+				dir, err := os.Open(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer dir.Close()
+				lookupUncached = uncached
+				defer func() { lookupUncached = false }()
+				for b.Loop() {
+					l, err := Lock(context.Background(), dir, "l", LockOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					l.Release()
+				}
+			})
+		}
 	}
 }
 
