@@ -2,6 +2,7 @@ package launch
 
 import (
 	"os/exec"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -69,5 +70,38 @@ func TestReapedLeaderIsNoStranger(t *testing.T) {
 	child.Wait()
 	if !reapedLeader(pid) {
 		t.Fatal("a reaped child was taken for a stranger")
+	}
+}
+
+// [GRP-2] [GRP-4] A look reads every child of every thread, past the first
+// read's buffer: 200 children (over 1 KiB of pids in one children file)
+// that are all recorded as leaders make a true answer; one more child that
+// leads nothing, started last, makes it false. All are forked from one
+// thread, so one children file holds them all.
+func TestOnlyLeaderChildrenReadsEveryChild(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if !lookOnlyLeaderChildren() {
+		t.Skip("this test process has children that lead no invocation")
+	}
+	start := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	for range 200 {
+		pid := start().Process.Pid
+		leaders.Store(pid, struct{}{})
+		t.Cleanup(func() { leaders.Delete(pid) })
+	}
+	if !lookOnlyLeaderChildren() {
+		t.Fatal("200 children recorded as leaders: want true")
+	}
+	start()
+	if lookOnlyLeaderChildren() {
+		t.Fatal("a child that leads nothing: want false")
 	}
 }

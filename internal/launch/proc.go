@@ -115,21 +115,51 @@ func members(pgid int) ([]member, error) {
 	}
 	defer unix.Close(proc)
 	var (
-		out     []member
-		dirents = make([]byte, 32<<10)
-		stat    = make([]byte, 1024)
-		path    = make([]byte, 0, 32)
+		out  []member
+		stat = make([]byte, 1024)
+		path = make([]byte, 0, 32)
 	)
+	err = eachPID(proc, "/proc", make([]byte, 32<<10), func(name []byte, pid int) error {
+		path = append(append(path[:0], name...), "/stat"...)
+		line, err := readAt(proc, path, stat)
+		if err == unix.ENOENT || err == unix.ESRCH {
+			return nil // gone since the directory was read
+		}
+		if err != nil {
+			return errcode.Wrap(errcode.Internal, err, "read process %d", pid)
+		}
+		if g, ok := procstat.PGID(line); ok && g != pgid {
+			return nil
+		}
+		st, err := procstat.Parse(line)
+		if err != nil {
+			return errcode.Wrap(errcode.Internal, err, "read process %d", pid)
+		}
+		if st.PGID == pgid {
+			out = append(out, member{pid, st})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachPID calls fn with the name and number of every entry of the open
+// directory dir (at path) whose name is a pid (/proc, /proc/self/task), read
+// with getdents into dirents; it stops at fn's first error and returns it.
+func eachPID(dir int, path string, dirents []byte, fn func(name []byte, pid int) error) error {
 	for {
-		n, err := unix.Getdents(proc, dirents)
+		n, err := unix.Getdents(dir, dirents)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, errcode.Wrap(errcode.Internal, err, "read /proc")
+			return errcode.Wrap(errcode.Internal, err, "read %s", path)
 		}
 		if n == 0 {
-			return out, nil
+			return nil
 		}
 		for buf := dirents[:n]; len(buf) > 0; {
 			reclen := int(uint16(buf[16]) | uint16(buf[17])<<8)
@@ -138,27 +168,10 @@ func members(pgid int) ([]member, error) {
 			if i := bytes.IndexByte(name, 0); i >= 0 {
 				name = name[:i]
 			}
-			pid, ok := atoiPID(name)
-			if !ok {
-				continue
-			}
-			path = append(append(path[:0], name...), "/stat"...)
-			line, err := readAt(proc, path, stat)
-			if err == unix.ENOENT || err == unix.ESRCH {
-				continue // gone since the directory was read
-			}
-			if err != nil {
-				return nil, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
-			}
-			if g, ok := procstat.PGID(line); ok && g != pgid {
-				continue
-			}
-			st, err := procstat.Parse(line)
-			if err != nil {
-				return nil, errcode.Wrap(errcode.Internal, err, "read process %d", pid)
-			}
-			if st.PGID == pgid {
-				out = append(out, member{pid, st})
+			if pid, ok := atoiPID(name); ok {
+				if err := fn(name, pid); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -200,5 +213,34 @@ func readAt(dir int, path []byte, buf []byte) ([]byte, error) {
 			return nil, errors.New("stat line longer than expected")
 		}
 		return buf[:n], nil
+	}
+}
+
+// readAllAt reads the whole file at path relative to dir into *buf, growing
+// it as needed, and returns the bytes read.
+func readAllAt(dir int, path []byte, buf *[]byte) ([]byte, error) {
+	fd, err := unix.Openat(dir, string(path), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	b := *buf
+	n := 0
+	for {
+		if n == len(b) {
+			b = append(b, make([]byte, len(b))...)
+			*buf = b
+		}
+		m, err := unix.Read(fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return b[:n], nil
+		}
+		n += m
 	}
 }

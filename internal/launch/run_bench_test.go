@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -138,6 +139,29 @@ func BenchmarkMembers(b *testing.B) {
 	for b.Loop() {
 		if _, err := members(os.Getpid()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLookChildren times one look at the host's children
+// (lookOnlyLeaderChildren) in a process of 90 threads, about what serve has
+// with 200 sources answering at once.
+func BenchmarkLookChildren(b *testing.B) {
+	stop := make(chan struct{})
+	defer close(stop)
+	var started sync.WaitGroup
+	for range 90 {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			<-stop
+		}()
+	}
+	started.Wait()
+	for b.Loop() {
+		if !lookOnlyLeaderChildren() {
+			b.Fatal("this benchmark process has children that lead no invocation")
 		}
 	}
 }
