@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"firstmate.dev/fm/internal/binding"
@@ -11,19 +10,6 @@ import (
 	"firstmate.dev/fm/internal/testpkg"
 	"firstmate.dev/fm/pkg/adapter/wire"
 )
-
-// [PROTO-2] Every operation has its typed result: no exported function of
-// the host package returns any (issue 11), so no caller asserts the type of
-// an answer. testpkg's own test proves the checker sees the forms of any.
-func TestNoExportedFunctionReturnsAny(t *testing.T) {
-	found, err := testpkg.ReturnsAny(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(found) > 0 {
-		t.Fatalf("exported functions return any: %s", strings.Join(found, "; "))
-	}
-}
 
 // [PROTO-2] Each operation decodes its own result shape into its own type
 // and refuses another operation's shape; the zero Op names no operation and

@@ -36,3 +36,19 @@ func TestReturnsAny(t *testing.T) {
 		t.Fatalf("the checker found %q", got)
 	}
 }
+
+// [PROTO-2] Every operation has its typed result: no exported function of
+// the host or procevent packages returns any (issue 11), so no caller
+// asserts the type of an answer. TestReturnsAny proves the checker sees the
+// forms of any.
+func TestNoExportedFunctionReturnsAny(t *testing.T) {
+	for _, dir := range []string{"../host", "../procevent"} {
+		found, err := testpkg.ReturnsAny(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found) > 0 {
+			t.Errorf("%s: exported functions return any: %s", dir, strings.Join(found, "; "))
+		}
+	}
+}
