@@ -19,16 +19,7 @@ import (
 // import gives.
 func TestImportRerunRemovesTornTemporaries(t *testing.T) {
 	f := newFixture(t)
-	snap := filepath.Join(t.TempDir(), "snap")
-	t.Cleanup(func() { testpkg.Unlock(snap) })
-	f.must(copyAll(f.base, snap))
-	restore := func() {
-		testpkg.Unlock(f.base)
-		f.must(os.RemoveAll(f.base))
-		f.must(copyAll(snap, f.base))
-	}
-	f.fm(0, "home", "import")
-	want := f.snapshot()
+	restore, want := f.importedOnce()
 	temp := func(dir string, data string) {
 		f.must(os.MkdirAll(dir, 0o700))
 		f.write(filepath.Join(dir, ".tmp-4242-1-"+strings.Repeat("5a", 8)), []byte(data), 0o600)
@@ -103,16 +94,7 @@ func TestImportRemovesOnlyItsOwnTemporaries(t *testing.T) {
 // is exactly the one an uninterrupted import gives.
 func TestImportCrashAtEveryStep(t *testing.T) {
 	f := newFixture(t)
-	snap := filepath.Join(t.TempDir(), "snap")
-	t.Cleanup(func() { testpkg.Unlock(snap) })
-	f.must(copyAll(f.base, snap))
-	restore := func() {
-		testpkg.Unlock(f.base)
-		f.must(os.RemoveAll(f.base))
-		f.must(copyAll(snap, f.base))
-	}
-	f.fm(0, "home", "import")
-	want := f.snapshot()
+	restore, want := f.importedOnce()
 	for n := 1; ; n++ {
 		restore()
 		c := exec.Command(os.Args[0])
@@ -144,4 +126,21 @@ func TestImportCrashAtEveryStep(t *testing.T) {
 			t.Fatalf("kill point %d: the re-run's home differs from an uninterrupted import's:\n%s", n, d)
 		}
 	}
+}
+
+// importedOnce snapshots the fixture's home of the earlier implementation,
+// imports it uninterrupted and returns what that import gives (want) and a
+// function that puts the unimported home back for the next attempt.
+func (f *fixture) importedOnce() (restore func(), want map[string]string) {
+	f.t.Helper()
+	snap := filepath.Join(f.t.TempDir(), "snap")
+	f.t.Cleanup(func() { testpkg.Unlock(snap) })
+	f.must(copyAll(f.base, snap))
+	restore = func() {
+		testpkg.Unlock(f.base)
+		f.must(os.RemoveAll(f.base))
+		f.must(copyAll(snap, f.base))
+	}
+	f.fm(0, "home", "import")
+	return restore, f.snapshot()
 }
