@@ -19,17 +19,8 @@ import (
 // one-page tmpfs) is host-resource, and leaves no temp file behind. Needs
 // root with CAP_SYS_ADMIN to mount; skipped otherwise.
 func TestPublishOnFullDisk(t *testing.T) {
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v): run as root with CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	d, err := OpenDir(dir, DirRule{Perm: Exact0700})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	err = CreateAt(d, "big", bytes.Repeat([]byte("x"), 64<<10))
+	dir, d := fullDisk(t)
+	err := CreateAt(d, "big", bytes.Repeat([]byte("x"), 64<<10))
 	if got := errcode.Of(err); got != errcode.HostResource {
 		t.Fatalf("publish on a full disk: %s (%v), want host-resource", got, err)
 	}
@@ -107,18 +98,9 @@ func TestTempSweepForReal(t *testing.T) {
 // <dir>: ..." for an unnamed file, "write <dir>/<temp>: ..." for a named
 // one), so procevent's and the wake queue's error output is unchanged.
 func TestWriteErrorNamesTheFile(t *testing.T) {
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v): run as root with CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	d, err := OpenDir(dir, DirRule{Perm: Exact0700})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	dir, d := fullDisk(t)
 	big := bytes.Repeat([]byte("x"), 64<<10)
-	err = CreateAt(d, "big", big)
+	err := CreateAt(d, "big", big)
 	if want := `write a file in "` + dir + `": write ` + dir + `: no space left on device`; err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("CreateAt on a full disk: %v, want it to end %q", err, want)
 	}
@@ -131,4 +113,21 @@ func TestWriteErrorNamesTheFile(t *testing.T) {
 	if want := "write " + filepath.Join(dir, "named.tmp") + ": no space left on device"; err == nil || err.Error() != want {
 		t.Errorf("Pending.Write of a named temp on a full disk: %v, want %q", err, want)
 	}
+}
+
+// fullDisk mounts a one-page tmpfs on a new directory and returns it, pinned;
+// it skips the test where mounting needs privileges this process lacks.
+func fullDisk(t *testing.T) (string, *os.File) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4k,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v): run as root with CAP_SYS_ADMIN", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	d, err := OpenDir(dir, DirRule{Perm: Exact0700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return dir, d
 }
