@@ -65,7 +65,8 @@ import (
 //     its file system; an overlay, a btrfs subvolume or a file mounted over
 //     the name may disagree, and then all are kept, as by Held, which holds
 //     nothing),
-//     and the descriptors of another process on the inodes it holds are
+//     and the descriptors of another process on the inodes it holds
+//     (device and inode number: two file systems reuse the same numbers) are
 //     remembered from one listing of its /proc/<pid>/fd and proved current
 //     by one stat each (an open descriptor pins its inode, so the number
 //     cannot name another file of that inode number). A process is listed
@@ -456,15 +457,15 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 			}
 		}
 	}
-	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
+	inos := map[string]map[lockedInode]bool{} // pid -> flocked inodes
 	for _, l := range locks {
 		if l.pid == self || l.ino == current || dev != "" && l.dev != dev && !lookupUncached {
 			continue
 		}
 		if inos[l.pid] == nil {
-			inos[l.pid] = map[uint64]bool{}
+			inos[l.pid] = map[lockedInode]bool{}
 		}
-		inos[l.pid][l.ino] = true
+		inos[l.pid][lockedInode{l.dev, l.ino}] = true
 	}
 	want := at + " (deleted)"
 	var now unix.Stat_t // the file now at the name, which is not an orphan
@@ -532,7 +533,16 @@ var lockFDs fdCache
 
 type fdCache struct {
 	sync.Mutex
-	byPid map[string]map[uint64]*heldFDs // pid -> inode -> descriptors
+	byPid map[string]map[lockedInode]*heldFDs // pid -> inode -> descriptors
+}
+
+// lockedInode is an inode as /proc/locks names it. The device is part of
+// it: two file systems give the same inode numbers (two tmpfs mounts do from
+// 1 up), so a descriptor remembered on one must never stand for a lock on
+// the other.
+type lockedInode struct {
+	dev string // "<major>:<minor>" as /proc/locks prints it
+	ino uint64
 }
 
 type heldFDs struct {
@@ -545,7 +555,7 @@ type heldFDs struct {
 
 // valid returns the remembered descriptors of pid on the inodes locked,
 // each proved current by a stat, or false when pid must be listed again.
-func (c *fdCache) valid(pid string, locked map[uint64]bool) ([]lockFD, bool) {
+func (c *fdCache) valid(pid string, locked map[lockedInode]bool) ([]lockFD, bool) {
 	if lookupUncached {
 		return nil, false
 	}
@@ -571,39 +581,47 @@ func (c *fdCache) valid(pid string, locked map[uint64]bool) ([]lockFD, bool) {
 	return out, true
 }
 
-// scanFDs lists /proc/<pid>/fd for the descriptors on the inodes locked and
-// remembers those found; false when the directory cannot be read.
-func scanFDs(pid string, locked map[uint64]bool) ([]lockFD, bool) {
+// scanFDs lists /proc/<pid>/fd for the descriptors on the inode numbers
+// locked and remembers those found on the device /proc/locks names; false
+// when the directory cannot be read. A descriptor whose stat(2) device is
+// not the one of /proc/locks (an overlay) is examined but not remembered, so
+// such a lock is listed again on every look-up, as before lockFDs.
+func scanFDs(pid string, locked map[lockedInode]bool) ([]lockFD, bool) {
 	fdScanned(pid)
 	entries, err := os.ReadDir("/proc/" + pid + "/fd")
 	if err != nil {
 		return nil, false
 	}
+	numbers := map[uint64]bool{}
+	for k := range locked {
+		numbers[k.ino] = true
+	}
 	var out []lockFD
-	found := map[uint64][]lockFD{}
+	found := map[lockedInode][]lockFD{}
 	for _, e := range entries {
 		d := lockFD{path: "/proc/" + pid + "/fd/" + e.Name()}
-		if unix.Stat(d.path, &d.st) != nil || !locked[d.st.Ino] {
+		if unix.Stat(d.path, &d.st) != nil || !numbers[d.st.Ino] {
 			continue
 		}
 		out = append(out, d)
-		found[d.st.Ino] = append(found[d.st.Ino], d)
+		k := lockedInode{devString(d.st.Dev), d.st.Ino}
+		found[k] = append(found[k], d)
 	}
 	lockFDs.Lock()
 	defer lockFDs.Unlock()
 	if lockFDs.byPid == nil {
-		lockFDs.byPid = map[string]map[uint64]*heldFDs{}
+		lockFDs.byPid = map[string]map[lockedInode]*heldFDs{}
 	}
 	known := lockFDs.byPid[pid]
 	if known == nil {
-		known = map[uint64]*heldFDs{}
+		known = map[lockedInode]*heldFDs{}
 		lockFDs.byPid[pid] = known
 	}
-	for ino := range locked {
-		if found[ino] != nil {
-			known[ino] = &heldFDs{fds: found[ino]}
+	for k := range locked {
+		if found[k] != nil {
+			known[k] = &heldFDs{fds: found[k]}
 		} else {
-			delete(known, ino)
+			delete(known, k)
 		}
 	}
 	return out, true
@@ -612,12 +630,12 @@ func scanFDs(pid string, locked map[uint64]bool) ([]lockFD, bool) {
 // prune forgets the inodes that /proc/locks did not list twice in a row as
 // flocked by their process, so that the cache stays as small as it.
 func (c *fdCache) prune(locks []flockEntry) {
-	held := map[string]map[uint64]bool{}
+	held := map[string]map[lockedInode]bool{}
 	for _, l := range locks {
 		if held[l.pid] == nil {
-			held[l.pid] = map[uint64]bool{}
+			held[l.pid] = map[lockedInode]bool{}
 		}
-		held[l.pid][l.ino] = true
+		held[l.pid][lockedInode{l.dev, l.ino}] = true
 	}
 	c.Lock()
 	defer c.Unlock()

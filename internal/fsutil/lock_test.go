@@ -79,7 +79,9 @@ func work(dir string, n int) int {
 // spec "<dir>:<fds>:<locks>" opens fds descriptors (of /dev/null) and holds
 // the locks "n0" ... of dir, says "held", then for each line "relock <name>"
 // on its stdin releases that lock and takes it again through a descriptor of
-// another number, and says "ok <old number> <new number>".
+// another number, and says "ok <old number> <new number>"; for each line
+// "lock <dir> <name>" it takes the lock name of dir as well and says
+// "ok <number>".
 func noise(spec string) int {
 	parts := strings.Split(spec, ":")
 	if len(parts) != 3 {
@@ -110,7 +112,23 @@ func noise(spec string) int {
 	}
 	os.Stdout.WriteString("held\n")
 	in := bufio.NewScanner(os.Stdin)
+	var also []*Locked
 	for in.Scan() {
+		if spec, ok := strings.CutPrefix(in.Text(), "lock "); ok {
+			dir, name, _ := strings.Cut(spec, " ")
+			od, err := os.Open(dir)
+			if err != nil {
+				return 3
+			}
+			l, err := Lock(context.Background(), od, name, LockOptions{})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 3
+			}
+			also = append(also, l)
+			fmt.Printf("ok %d\n", l.File().Fd())
+			continue
+		}
 		name, ok := strings.CutPrefix(in.Text(), "relock ")
 		if !ok || held[name] == nil {
 			return 3
@@ -313,6 +331,60 @@ func TestLockHoldsWhenFileMountedOver(t *testing.T) {
 	if l, err := Lock(context.Background(), d, "l", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
 		l.Release()
 		t.Fatalf("Try beside the holder of the file under the mount: %v", err)
+	}
+}
+
+// [LIFE-1] [RUN-4] The remembered descriptors of a holder are told apart by
+// device, not by inode number alone: two file systems give the same inode
+// numbers (two fresh tmpfs mounts do, by construction), and a neighbour that
+// holds a lock on one and then the lock of the same inode number on the
+// other, removed since, is still found an orphaned holder by Lock and Held
+// (root only: it mounts).
+func TestLockLookupInodeOnTwoDevices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	_, top := openDir(t)
+	var dirs [2]string
+	for i := range dirs {
+		dirs[i] = filepath.Join(top.Name(), strconv.Itoa(i))
+		if err := os.Mkdir(dirs[i], 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "mode=0700", "fm-test", dirs[i]).CombinedOutput(); err != nil {
+			t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", "-l", dirs[i]).Run() })
+	}
+	nb := startNoise(t, dirs[0], 0, 1) // holds n0 of the first tmpfs
+	d0, err := os.Open(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d0.Close()
+	lockRelease(t, d0, "mine") // remembers the neighbour's descriptor on n0
+	fmt.Fprintf(nb.in, "lock %s n0\n", dirs[1])
+	if line, err := nb.out.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ok ") {
+		t.Fatalf("the neighbour did not take the second lock: %q %v", line, err)
+	}
+	var a, b syscall.Stat_t
+	if syscall.Stat(filepath.Join(dirs[0], "n0"), &a) != nil || syscall.Stat(filepath.Join(dirs[1], "n0"), &b) != nil || a.Ino != b.Ino || a.Dev == b.Dev {
+		t.Skipf("the two tmpfs lock files are not one inode number on two devices: %d/%d %d/%d", a.Dev, a.Ino, b.Dev, b.Ino)
+	}
+	if err := os.Remove(filepath.Join(dirs[1], "n0")); err != nil {
+		t.Fatal(err)
+	}
+	d1, err := os.Open(dirs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d1.Close()
+	if held, err := Held(d1, "n0", LockOptions{}); err != nil || !held {
+		t.Errorf("Held beside the orphaned holder of an inode number also held on another device: %v %v", held, err)
+	}
+	if l, err := Lock(context.Background(), d1, "n0", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
+		l.Release()
+		t.Fatalf("Try beside the orphaned holder of an inode number also held on another device: %v", err)
 	}
 }
 
