@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +51,8 @@ import (
 //     inode there and lock it alongside. So a contender that has proved its
 //     identity then reads the holders of flock(2) locks in /proc/locks and
 //     looks, through /proc/<pid>/fd, for a locked descriptor that names
-//     "<dir>/<name> (deleted)": such an orphaned holder counts as holding
+//     "<dir>/<name> (deleted)", <dir> by this or any other path to the
+//     same directory (a bind mount): such an orphaned holder counts as holding
 //     the lock, and the contender drops its own and waits (or, with Try,
 //     returns ErrLocked). A holder keeps its lock, too, when someone moves
 //     the file to another name (mv serve.lock serve.lock.old): its
@@ -450,7 +452,10 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 	// compared; nor by Held, which holds nothing.
 	dev := ""
 	var dirSt unix.Stat_t
-	if f != nil && unix.Fstat(int(dir.Fd()), &dirSt) == nil {
+	if unix.Fstat(int(dir.Fd()), &dirSt) != nil {
+		dirSt.Ino = 0
+	}
+	if f != nil && dirSt.Ino != 0 {
 		for _, l := range locks {
 			if l.pid == self && l.ino == current && l.dev == devString(dirSt.Dev) {
 				dev = l.dev
@@ -473,12 +478,23 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 		now.Ino = 0
 	}
 	// holds reports whether the descriptor fd, a locked file st, is an
-	// orphaned holder: it names "<at> (deleted)", or it is a lock file of
-	// this name moved elsewhere (a regular file other than the one at the
-	// name that holds the tag).
+	// orphaned holder: it names "<at> (deleted)", or "<d>/<name> (deleted)"
+	// where d is this directory by another path (a holder that opened it
+	// through a bind mount names it by the mount's path; a lock file with
+	// data has no tag to find it by), or it is a lock file of this name
+	// moved elsewhere (a regular file other than the one at the name that
+	// holds the tag).
 	holds := func(fd string, st *unix.Stat_t) bool {
-		if t, err := os.Readlink(fd); err == nil && t == want {
-			return true
+		if t, err := os.Readlink(fd); err == nil {
+			if t == want {
+				return true
+			}
+			if p, ok := strings.CutSuffix(t, " (deleted)"); ok && filepath.Base(p) == name && dirSt.Ino != 0 {
+				var d unix.Stat_t
+				if unix.Stat(filepath.Dir(p), &d) == nil && d.Dev == dirSt.Dev && d.Ino == dirSt.Ino {
+					return true
+				}
+			}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(wantTag)) || (st.Dev == now.Dev && st.Ino == now.Ino) {
 			return false

@@ -21,8 +21,8 @@ import (
 )
 
 // The lock tests run real processes: this test binary re-executed as a
-// holder (FM_LOCK_HOLD=<dir>: take the lock "l", say "held", wait to be
-// killed), as a worker (FM_LOCK_WORK=<dir>:<n>: n times, take the lock and
+// holder (FM_LOCK_HOLD=<dir>: take the lock "l", a lock file with data when
+// FM_LOCK_DATA is set, say "held", wait to be killed), as a worker (FM_LOCK_WORK=<dir>:<n>: n times, take the lock and
 // increment the counter file "count" by a read, a pause and a write) or as a
 // noisy neighbour (FM_LOCK_NOISE, see noise).
 func TestMain(m *testing.M) {
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			os.Exit(3)
 		}
-		l, err := Lock(context.Background(), d, "l", LockOptions{})
+		l, err := Lock(context.Background(), d, "l", LockOptions{Data: os.Getenv("FM_LOCK_DATA") != ""})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(3)
@@ -385,6 +385,50 @@ func TestLockLookupInodeOnTwoDevices(t *testing.T) {
 	if l, err := Lock(context.Background(), d1, "n0", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
 		l.Release()
 		t.Fatalf("Try beside the orphaned holder of an inode number also held on another device: %v", err)
+	}
+}
+
+// [LIFE-1] [RUN-4] [WAKE-1] A holder that locked the file through a bind
+// mount of its directory names it by the mount's path, yet it is still
+// found an orphaned holder once the file is removed: for a lock file with
+// data (the wake queue), which has no tag to find it by, as for a tagged one
+// (root only: it mounts).
+func TestLockHoldsThroughBindMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	for _, data := range []bool{false, true} {
+		t.Run(fmt.Sprintf("data %v", data), func(t *testing.T) {
+			dir, d := openDir(t)
+			mnt, _ := openDir(t)
+			if out, err := exec.Command("mount", "--bind", dir, mnt).CombinedOutput(); err != nil {
+				t.Skipf("cannot bind-mount: %v %s", err, out)
+			}
+			t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+			if data {
+				t.Setenv("FM_LOCK_DATA", "1")
+			}
+			holder := holdLock(t, mnt)
+			if err := os.Remove(filepath.Join(dir, "l")); err != nil {
+				t.Fatal(err)
+			}
+			o := LockOptions{Data: data}
+			if held, err := Held(d, "l", o); !held || err != nil {
+				t.Errorf("Held beside a holder through a bind mount of the removed lock file: %v %v", held, err)
+			}
+			o.Try = true
+			if l, err := Lock(context.Background(), d, "l", o); !errors.Is(err, ErrLocked) {
+				l.Release()
+				t.Fatalf("Try beside a holder through a bind mount of the removed lock file: %v", err)
+			}
+			holder.Process.Kill()
+			holder.Wait()
+			l, err := Lock(context.Background(), d, "l", o)
+			if err != nil {
+				t.Fatalf("after the holder was gone: %v", err)
+			}
+			l.Release()
+		})
 	}
 }
 
