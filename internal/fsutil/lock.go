@@ -91,7 +91,11 @@ type Locked struct {
 
 // own is the set of locks this process holds, so that the orphan look-up
 // checks them in memory rather than through every descriptor of
-// /proc/self/fd (serve holds a claim and pipes for each running poll).
+// /proc/self/fd (serve holds a claim and pipes for each running poll). A
+// Lock registers here only when, under the mutex, no lock of the process
+// has the name: two goroutines may each lock another inode of one name (one
+// locked the file just replaced at it) and each find none before the other
+// registers.
 var own struct {
 	sync.Mutex
 	held map[string]int // Locked.path -> how many of this process's locks have it
@@ -165,14 +169,20 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 					err = tagOnce(f, t)
 				}
 				if err == nil && !orphan {
-					l := &Locked{f: f, path: at}
+					// Register under the mutex that the look-up of own
+					// held read: another goroutine that found no lock of
+					// this process on the name either (it locked the file
+					// just replaced at it) may have registered since.
 					own.Lock()
 					if own.held == nil {
 						own.held = map[string]int{}
 					}
-					own.held[at]++
+					if own.held[at] == 0 {
+						own.held[at]++
+						own.Unlock()
+						return &Locked{f: f, path: at}, nil
+					}
 					own.Unlock()
-					return l, nil
 				}
 			}
 		}
