@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -691,10 +693,34 @@ type flockEntry struct {
 // cannot be read. A holder's line is
 // "<n>: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF"; a waiter's has
 // "->" after the number and is skipped.
+//
+// The kernel fills each read(2) of /proc/locks afresh from the list of
+// locks, newest first, up to a page: a read in smaller pieces (os.ReadFile
+// starts with 512 bytes) can skip a line when locks listed before it are
+// dropped between two pieces, and the skipped line may be the orphan's. So
+// every read asks for at least 64 KiB, and a list of up to a page is one
+// snapshot. (A longer one still comes a page at a time: a lock dropped
+// between two pages can hide one of the next page for that look-up.)
 func readFlocks() ([]flockEntry, bool) {
-	data, err := os.ReadFile("/proc/locks")
+	f, err := os.Open("/proc/locks")
 	if err != nil {
 		return nil, false
+	}
+	defer f.Close()
+	const piece = 64 << 10
+	data := make([]byte, 0, piece)
+	for {
+		if cap(data)-len(data) < piece {
+			data = slices.Grow(data, piece)
+		}
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, false
+		}
 	}
 	var out []flockEntry
 	for line := range bytes.Lines(data) {

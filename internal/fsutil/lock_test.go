@@ -432,6 +432,53 @@ func TestLockHoldsThroughBindMount(t *testing.T) {
 	}
 }
 
+// [LIFE-1] [RUN-4] An orphaned holder is found while other locks come and go
+// (serve's polls take and drop claims all the time): /proc/locks lists the
+// newest lock first, so a read of it in pieces can skip the orphan's line
+// when locks listed before it are dropped in between. A neighbour holds 20
+// locks, 30 goroutines take and drop locks of their own names, and 8
+// contenders make 25 Try each beside the orphaned holder.
+func TestLockOrphanAmidChurn(t *testing.T) {
+	dir, d := openDir(t)
+	holdLock(t, dir)
+	if err := os.Remove(filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	startNoise(t, dir, 0, 20)
+	done := make(chan struct{})
+	var churn sync.WaitGroup
+	for g := range 30 {
+		churn.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				lockRelease(t, d, "c"+strconv.Itoa(g))
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	var taken atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for range 25 {
+				if l, err := Lock(context.Background(), d, "l", LockOptions{Try: true}); !errors.Is(err, ErrLocked) {
+					taken.Add(1)
+					l.Release()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	churn.Wait()
+	if n := taken.Load(); n > 0 {
+		t.Fatalf("%d of 200 Try took the lock beside the orphaned holder", n)
+	}
+}
+
 // holdLock starts a process that holds the lock "l" of dir until it is killed.
 func holdLock(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
