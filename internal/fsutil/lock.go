@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +53,8 @@ import (
 //     inode there and lock it alongside. So a contender that has proved its
 //     identity then reads the holders of flock(2) locks in /proc/locks and
 //     looks, through /proc/<pid>/fd, for a locked descriptor that names
-//     "<dir>/<name> (deleted)": such an orphaned holder counts as holding
+//     "<dir>/<name> (deleted)", <dir> by this or any other path to the
+//     same directory (a bind mount): such an orphaned holder counts as holding
 //     the lock, and the contender drops its own and waits (or, with Try,
 //     returns ErrLocked). A holder keeps its lock, too, when someone moves
 //     the file to another name (mv serve.lock serve.lock.old): its
@@ -65,7 +69,8 @@ import (
 //     its file system; an overlay, a btrfs subvolume or a file mounted over
 //     the name may disagree, and then all are kept, as by Held, which holds
 //     nothing),
-//     and the descriptors of another process on the inodes it holds are
+//     and the descriptors of another process on the inodes it holds
+//     (device and inode number: two file systems reuse the same numbers) are
 //     remembered from one listing of its /proc/<pid>/fd and proved current
 //     by one stat each (an open descriptor pins its inode, so the number
 //     cannot name another file of that inode number). A process is listed
@@ -88,7 +93,11 @@ type Locked struct {
 
 // own is the set of locks this process holds, so that the orphan look-up
 // checks them in memory rather than through every descriptor of
-// /proc/self/fd (serve holds a claim and pipes for each running poll).
+// /proc/self/fd (serve holds a claim and pipes for each running poll). A
+// Lock registers here only when, under the mutex, no lock of the process
+// has the name: two goroutines may each lock another inode of one name (one
+// locked the file just replaced at it) and each find none before the other
+// registers.
 var own struct {
 	sync.Mutex
 	held map[string]int // Locked.path -> how many of this process's locks have it
@@ -162,14 +171,20 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 					err = tagOnce(f, t)
 				}
 				if err == nil && !orphan {
-					l := &Locked{f: f, path: at}
+					// Register under the mutex that the look-up of own
+					// held read: another goroutine that found no lock of
+					// this process on the name either (it locked the file
+					// just replaced at it) may have registered since.
 					own.Lock()
 					if own.held == nil {
 						own.held = map[string]int{}
 					}
-					own.held[at]++
+					if own.held[at] == 0 {
+						own.held[at]++
+						own.Unlock()
+						return &Locked{f: f, path: at}, nil
+					}
 					own.Unlock()
-					return l, nil
 				}
 			}
 		}
@@ -449,22 +464,25 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 	// compared; nor by Held, which holds nothing.
 	dev := ""
 	var dirSt unix.Stat_t
-	if f != nil && unix.Fstat(int(dir.Fd()), &dirSt) == nil {
+	if unix.Fstat(int(dir.Fd()), &dirSt) != nil {
+		dirSt.Ino = 0
+	}
+	if f != nil && dirSt.Ino != 0 {
 		for _, l := range locks {
 			if l.pid == self && l.ino == current && l.dev == devString(dirSt.Dev) {
 				dev = l.dev
 			}
 		}
 	}
-	inos := map[string]map[uint64]bool{} // pid -> flocked inodes
+	inos := map[string]map[lockedInode]bool{} // pid -> flocked inodes
 	for _, l := range locks {
 		if l.pid == self || l.ino == current || dev != "" && l.dev != dev && !lookupUncached {
 			continue
 		}
 		if inos[l.pid] == nil {
-			inos[l.pid] = map[uint64]bool{}
+			inos[l.pid] = map[lockedInode]bool{}
 		}
-		inos[l.pid][l.ino] = true
+		inos[l.pid][lockedInode{l.dev, l.ino}] = true
 	}
 	want := at + " (deleted)"
 	var now unix.Stat_t // the file now at the name, which is not an orphan
@@ -472,12 +490,23 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 		now.Ino = 0
 	}
 	// holds reports whether the descriptor fd, a locked file st, is an
-	// orphaned holder: it names "<at> (deleted)", or it is a lock file of
-	// this name moved elsewhere (a regular file other than the one at the
-	// name that holds the tag).
+	// orphaned holder: it names "<at> (deleted)", or "<d>/<name> (deleted)"
+	// where d is this directory by another path (a holder that opened it
+	// through a bind mount names it by the mount's path; a lock file with
+	// data has no tag to find it by), or it is a lock file of this name
+	// moved elsewhere (a regular file other than the one at the name that
+	// holds the tag).
 	holds := func(fd string, st *unix.Stat_t) bool {
-		if t, err := os.Readlink(fd); err == nil && t == want {
-			return true
+		if t, err := os.Readlink(fd); err == nil {
+			if t == want {
+				return true
+			}
+			if p, ok := strings.CutSuffix(t, " (deleted)"); ok && filepath.Base(p) == name && dirSt.Ino != 0 {
+				var d unix.Stat_t
+				if unix.Stat(filepath.Dir(p), &d) == nil && d.Dev == dirSt.Dev && d.Ino == dirSt.Ino {
+					return true
+				}
+			}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(wantTag)) || (st.Dev == now.Dev && st.Ino == now.Ino) {
 			return false
@@ -532,7 +561,16 @@ var lockFDs fdCache
 
 type fdCache struct {
 	sync.Mutex
-	byPid map[string]map[uint64]*heldFDs // pid -> inode -> descriptors
+	byPid map[string]map[lockedInode]*heldFDs // pid -> inode -> descriptors
+}
+
+// lockedInode is an inode as /proc/locks names it. The device is part of
+// it: two file systems give the same inode numbers (two tmpfs mounts do from
+// 1 up), so a descriptor remembered on one must never stand for a lock on
+// the other.
+type lockedInode struct {
+	dev string // "<major>:<minor>" as /proc/locks prints it
+	ino uint64
 }
 
 type heldFDs struct {
@@ -545,7 +583,7 @@ type heldFDs struct {
 
 // valid returns the remembered descriptors of pid on the inodes locked,
 // each proved current by a stat, or false when pid must be listed again.
-func (c *fdCache) valid(pid string, locked map[uint64]bool) ([]lockFD, bool) {
+func (c *fdCache) valid(pid string, locked map[lockedInode]bool) ([]lockFD, bool) {
 	if lookupUncached {
 		return nil, false
 	}
@@ -571,39 +609,47 @@ func (c *fdCache) valid(pid string, locked map[uint64]bool) ([]lockFD, bool) {
 	return out, true
 }
 
-// scanFDs lists /proc/<pid>/fd for the descriptors on the inodes locked and
-// remembers those found; false when the directory cannot be read.
-func scanFDs(pid string, locked map[uint64]bool) ([]lockFD, bool) {
+// scanFDs lists /proc/<pid>/fd for the descriptors on the inode numbers
+// locked and remembers those found on the device /proc/locks names; false
+// when the directory cannot be read. A descriptor whose stat(2) device is
+// not the one of /proc/locks (an overlay) is examined but not remembered, so
+// such a lock is listed again on every look-up, as before lockFDs.
+func scanFDs(pid string, locked map[lockedInode]bool) ([]lockFD, bool) {
 	fdScanned(pid)
 	entries, err := os.ReadDir("/proc/" + pid + "/fd")
 	if err != nil {
 		return nil, false
 	}
+	numbers := map[uint64]bool{}
+	for k := range locked {
+		numbers[k.ino] = true
+	}
 	var out []lockFD
-	found := map[uint64][]lockFD{}
+	found := map[lockedInode][]lockFD{}
 	for _, e := range entries {
 		d := lockFD{path: "/proc/" + pid + "/fd/" + e.Name()}
-		if unix.Stat(d.path, &d.st) != nil || !locked[d.st.Ino] {
+		if unix.Stat(d.path, &d.st) != nil || !numbers[d.st.Ino] {
 			continue
 		}
 		out = append(out, d)
-		found[d.st.Ino] = append(found[d.st.Ino], d)
+		k := lockedInode{devString(d.st.Dev), d.st.Ino}
+		found[k] = append(found[k], d)
 	}
 	lockFDs.Lock()
 	defer lockFDs.Unlock()
 	if lockFDs.byPid == nil {
-		lockFDs.byPid = map[string]map[uint64]*heldFDs{}
+		lockFDs.byPid = map[string]map[lockedInode]*heldFDs{}
 	}
 	known := lockFDs.byPid[pid]
 	if known == nil {
-		known = map[uint64]*heldFDs{}
+		known = map[lockedInode]*heldFDs{}
 		lockFDs.byPid[pid] = known
 	}
-	for ino := range locked {
-		if found[ino] != nil {
-			known[ino] = &heldFDs{fds: found[ino]}
+	for k := range locked {
+		if found[k] != nil {
+			known[k] = &heldFDs{fds: found[k]}
 		} else {
-			delete(known, ino)
+			delete(known, k)
 		}
 	}
 	return out, true
@@ -612,12 +658,12 @@ func scanFDs(pid string, locked map[uint64]bool) ([]lockFD, bool) {
 // prune forgets the inodes that /proc/locks did not list twice in a row as
 // flocked by their process, so that the cache stays as small as it.
 func (c *fdCache) prune(locks []flockEntry) {
-	held := map[string]map[uint64]bool{}
+	held := map[string]map[lockedInode]bool{}
 	for _, l := range locks {
 		if held[l.pid] == nil {
-			held[l.pid] = map[uint64]bool{}
+			held[l.pid] = map[lockedInode]bool{}
 		}
-		held[l.pid][l.ino] = true
+		held[l.pid][lockedInode{l.dev, l.ino}] = true
 	}
 	c.Lock()
 	defer c.Unlock()
@@ -647,10 +693,34 @@ type flockEntry struct {
 // cannot be read. A holder's line is
 // "<n>: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<ino> 0 EOF"; a waiter's has
 // "->" after the number and is skipped.
+//
+// The kernel fills each read(2) of /proc/locks afresh from the list of
+// locks, newest first, up to a page: a read in smaller pieces (os.ReadFile
+// starts with 512 bytes) can skip a line when locks listed before it are
+// dropped between two pieces, and the skipped line may be the orphan's. So
+// every read asks for at least 64 KiB, and a list of up to a page is one
+// snapshot. (A longer one still comes a page at a time: a lock dropped
+// between two pages can hide one of the next page for that look-up.)
 func readFlocks() ([]flockEntry, bool) {
-	data, err := os.ReadFile("/proc/locks")
+	f, err := os.Open("/proc/locks")
 	if err != nil {
 		return nil, false
+	}
+	defer f.Close()
+	const piece = 64 << 10
+	data := make([]byte, 0, piece)
+	for {
+		if cap(data)-len(data) < piece {
+			data = slices.Grow(data, piece)
+		}
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, false
+		}
 	}
 	var out []flockEntry
 	for line := range bytes.Lines(data) {
