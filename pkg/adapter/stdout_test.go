@@ -157,6 +157,10 @@ type latePrinter struct{ quiet }
 func (latePrinter) Poll(context.Context, *adapter.Call, adapter.PollInput) (adapter.PollResult, error) {
 	started := make(chan struct{})
 	go func() {
+		// One line before the handler returns, so stderr always shows the
+		// ticker's lines whatever the scheduler does; every later one races
+		// the response and the exit.
+		fmt.Println("still printing")
 		close(started)
 		for {
 			fmt.Println("still printing")
