@@ -25,7 +25,7 @@ import (
 // record that is gone. Here this test process is the live host, and its
 // record comes and goes without pause.
 func TestReleaseInvocationsUnderChurn(t *testing.T) {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	boot, err := launch.BootID()
 	if err != nil {
 		t.Skip("no boot id:", err)
 	}
@@ -33,7 +33,7 @@ func TestReleaseInvocationsUnderChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	self := launch.Identity{PID: os.Getpid(), StartTime: st.Start, BootID: strings.TrimSpace(string(boot))}
+	self := launch.Identity{PID: os.Getpid(), StartTime: st.Start, BootID: boot}
 	base, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -19,11 +19,10 @@ import (
 // a record gone between the listing and its read ended, and one replaced
 // after its open is read again.
 func TestListUnderChurn(t *testing.T) {
-	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	boot, err := launch.BootID()
 	if err != nil {
 		t.Skip("no boot id:", err)
 	}
-	boot := strings.TrimSpace(string(data))
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)

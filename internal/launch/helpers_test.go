@@ -277,7 +277,7 @@ func checkOwnRecord() error {
 	if err != nil {
 		return err
 	}
-	boot, _ := bootID()
+	boot, _ := BootID()
 	switch {
 	case r.Phase != PhaseGroup:
 		return fmt.Errorf("phase %q", r.Phase)

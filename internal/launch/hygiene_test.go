@@ -278,7 +278,7 @@ func TestCleanupSparesForeignSession(t *testing.T) {
 	if err != nil || st.SID != pid {
 		t.Fatalf("setsid sleep: %+v %v", st, err)
 	}
-	boot, _ := bootID()
+	boot, _ := BootID()
 	sleeper := Identity{PID: pid, StartTime: st.Start, BootID: boot}
 	self, err := procstat.Read(os.Getpid())
 	if err != nil {

@@ -262,7 +262,7 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func (f fixture) reported(t *testing.T, role string) Identity {
 			if _, err := fmt.Sscanf(string(b), "%d %d", &id.PID, &id.StartTime); err != nil {
 				t.Fatalf("report %s: %v", role, err)
 			}
-			id.BootID, _ = bootID()
+			id.BootID, _ = BootID()
 			return id
 		}
 		if time.Now().After(deadline) {
@@ -553,7 +553,7 @@ func deadIdentity(t *testing.T) Identity {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	boot, _ := bootID()
+	boot, _ := BootID()
 	return Identity{PID: cmd.Process.Pid, StartTime: st.Start, BootID: boot}
 }
 

@@ -22,7 +22,11 @@ type Identity struct {
 	BootID    string `json:"boot_id"`
 }
 
-// bootID is this boot's /proc/sys/kernel/random/boot_id.
+// BootID returns this boot's /proc/sys/kernel/random/boot_id, checked to
+// be the kernel's form: the third part of every Identity, and of every
+// owner record's name.
+func BootID() (string, error) { return bootID() }
+
 var bootID = sync.OnceValues(func() (string, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
@@ -60,7 +64,7 @@ func validBootID(s string) bool {
 // selfIdentity is the identity of this process, written into every record it
 // owns as the host.
 var selfIdentity = sync.OnceValues(func() (Identity, error) {
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return Identity{}, err
 	}
@@ -75,7 +79,7 @@ var selfIdentity = sync.OnceValues(func() (Identity, error) {
 // alive reports whether the exact process named by id still runs: same boot,
 // same pid, same start time, and not a zombie.
 func alive(id Identity) (bool, error) {
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return false, err
 	}

@@ -157,7 +157,7 @@ func (d *recordDir) close() { d.dir.Close() }
 // hex digits of its sourceKey, the 32 of this boot's id (see bootPrefix),
 // then 32 of fresh randomness.
 func newRecordName(sourceID string) (string, error) {
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return "", err
 	}
@@ -463,7 +463,7 @@ func listIn(records string, sc scope, match func(Record) bool) ([]Record, error)
 }
 
 func (d *recordDir) list(sc scope) ([]Record, error) {
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return nil, err
 	}

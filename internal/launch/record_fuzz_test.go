@@ -22,11 +22,10 @@ import (
 // retirement and a wrong acceptance releases a group that is not proved
 // gone.
 func FuzzList(f *testing.F) {
-	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	boot, err := launch.BootID()
 	if err != nil {
 		f.Skip("no boot id:", err)
 	}
-	boot := strings.TrimSpace(string(data))
 	name := strings.ReplaceAll(boot, "-", "") + strings.Repeat("0", 32) + ".owner.json"
 	pid := 4242
 	rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid,

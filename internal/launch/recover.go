@@ -142,7 +142,7 @@ func resolve(r Record) (reason string, err error) {
 	if r.Phase == PhaseReserved {
 		return "", nil
 	}
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return "", err
 	}
@@ -231,7 +231,7 @@ func resolveWithoutLeader(pgid int) (string, error) {
 // start time of an earlier boot that match a live process of this one keep
 // the file: safe, only untidy.
 func (d *recordDir) removeDebris(sc scope) error {
-	boot, err := bootID()
+	boot, err := BootID()
 	if err != nil {
 		return err
 	}

@@ -72,11 +72,11 @@ func TestPollReadsOnlyItsSourcesRecords(t *testing.T) {
 	f := newFixture(t)
 	f.ok("procevent", "register", "file-watch", "a1", "--", "/bin/true")
 	f.ok("procevent", "register", "file-watch", "b1", "--", "/bin/true")
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	boot, err := launch.BootID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootHex := strings.ReplaceAll(strings.TrimSpace(string(boot)), "-", "")
+	bootHex := strings.ReplaceAll(boot, "-", "")
 	key := func(id string) string { s := sha256.Sum256([]byte(id)); return hex.EncodeToString(s[:8]) }
 	if err := os.MkdirAll(f.h.Invocations(), 0o700); err != nil {
 		t.Fatal(err)

@@ -227,7 +227,7 @@ func TestInboxWithoutRegistry(t *testing.T) {
 // pid (phase reserved: no group), as a host would.
 func (f *fixture) writeRecord(pid int, id, op string) string {
 	f.t.Helper()
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	bootID, err := launch.BootID()
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -236,7 +236,6 @@ func (f *fixture) writeRecord(pid int, id, op string) string {
 		f.t.Fatal(err)
 	}
 	start := st.Start
-	bootID := strings.TrimSpace(string(boot))
 	rec := launch.Record{
 		Schema: launch.RecordSchema, Phase: launch.PhaseReserved,
 		Host:        launch.Identity{PID: pid, StartTime: start, BootID: bootID},
