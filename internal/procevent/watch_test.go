@@ -25,19 +25,7 @@ func received(c <-chan struct{}, d time.Duration) bool {
 // appears or goes, but not for the lock files every poll creates and closes.
 func TestRegistryWatchEvents(t *testing.T) {
 	// No safety look during the test: every wake below is an event's.
-	defer func(d time.Duration) { safetyPoll = d }(safetyPoll)
-	safetyPoll = time.Hour
-	dir := t.TempDir()
-	reg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	w, err := watchRegistry(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.release()
+	dir, reg, w := watchedDir(t, time.Hour)
 	w2, err := watchRegistry(reg) // a second user shares the one watch
 	if err != nil {
 		t.Fatal(err)
@@ -110,18 +98,7 @@ func TestRegistryWatchEvents(t *testing.T) {
 // [RUN-2] Without any event, the watch still makes every stop watcher look
 // each safetyPoll: a request whose event was lost is seen within that bound.
 func TestRegistryWatchSafetyLook(t *testing.T) {
-	defer func(d time.Duration) { safetyPoll = d }(safetyPoll)
-	safetyPoll = 50 * time.Millisecond
-	reg, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	w, err := watchRegistry(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.release()
+	_, _, w := watchedDir(t, 50*time.Millisecond)
 	looked := make(chan struct{}, 1)
 	end := w.onStop("quiet", func() { notify(looked) })
 	defer end()
@@ -134,18 +111,7 @@ func TestRegistryWatchSafetyLook(t *testing.T) {
 // kernel dropped (the directory went) wakes every stop watcher and the
 // rescan: the events that were lost may have been any of them.
 func TestRegistryWatchOverflowWakesAll(t *testing.T) {
-	defer func(d time.Duration) { safetyPoll = d }(safetyPoll)
-	safetyPoll = time.Hour
-	reg, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	w, err := watchRegistry(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.release()
+	_, _, w := watchedDir(t, time.Hour)
 	for _, mask := range []uint32{unix.IN_Q_OVERFLOW, unix.IN_IGNORED} {
 		stopA, stopB := make(chan struct{}, 1), make(chan struct{}, 1)
 		endA := w.onStop("a", func() { notify(stopA) })
@@ -162,4 +128,27 @@ func TestRegistryWatchOverflowWakesAll(t *testing.T) {
 		endB()
 		endC()
 	}
+}
+
+// watchedDir opens a new directory and watches it as a registry, with the
+// safety look every poll; the watch, the directory handle and safetyPoll
+// are put back when the test ends. Not for parallel tests: safetyPoll is
+// the package's.
+func watchedDir(t *testing.T, poll time.Duration) (string, *os.File, *regWatch) {
+	t.Helper()
+	old := safetyPoll
+	safetyPoll = poll
+	t.Cleanup(func() { safetyPoll = old })
+	dir := t.TempDir()
+	reg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	w, err := watchRegistry(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.release)
+	return dir, reg, w
 }
