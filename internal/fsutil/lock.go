@@ -576,10 +576,19 @@ type lockedInode struct {
 type heldFDs struct {
 	fds []lockFD
 	// missed counts the reads of /proc/locks in a row that did not list the
-	// inode: a read of more than a page is not one snapshot and can skip a
-	// line, so an inode is forgotten only when missed twice.
+	// inode: the kernel hands /proc/locks out a page per read, so a list of
+	// more than a page is not one snapshot, and under churn (other
+	// processes locking and unlocking) the same line can be skipped by
+	// several reads in a row. An inode is forgotten only after forgetMisses
+	// such reads; forgetting it early costs a new listing of its holder's
+	// descriptors, keeping it costs nothing (it is consulted only while
+	// /proc/locks lists the inode, and proved by a stat then).
 	missed int
 }
+
+// forgetMisses is how many reads of /proc/locks in a row must miss an
+// inode before the cache forgets it (see heldFDs.missed).
+const forgetMisses = 8
 
 // valid returns the remembered descriptors of pid on the inodes locked,
 // each proved current by a stat, or false when pid must be listed again.
@@ -655,7 +664,7 @@ func scanFDs(pid string, locked map[lockedInode]bool) ([]lockFD, bool) {
 	return out, true
 }
 
-// prune forgets the inodes that /proc/locks did not list twice in a row as
+// prune forgets the inodes that /proc/locks did not list forgetMisses times in a row as
 // flocked by their process, so that the cache stays as small as it.
 func (c *fdCache) prune(locks []flockEntry) {
 	held := map[string]map[lockedInode]bool{}
@@ -671,7 +680,7 @@ func (c *fdCache) prune(locks []flockEntry) {
 		for ino, h := range inos {
 			if held[pid][ino] {
 				h.missed = 0
-			} else if h.missed++; h.missed >= 2 {
+			} else if h.missed++; h.missed >= forgetMisses {
 				delete(inos, ino)
 			}
 		}

@@ -498,7 +498,11 @@ func (w *world) executedCases(pkg func(func(string)) (string, string), bind func
 			if a == "" {
 				var dir string
 				dir, a = pkg(nil)
-				w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code", "--timeout-ms", "300")
+				// 2 s: long enough that a loaded machine still lets the
+				// stderr flood (two shell pipelines) cross its bound before
+				// the deadline (300 ms did not, in a CI run beside other
+				// test packages); only "hang" waits all of it.
+				w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code", "--timeout-ms", "2000")
 			}
 			w.mode("org.example."+a, "invoke", "", mode)
 			return nil, []string{"extension", "process-event", a, "source.poll", "--source-id", "s", "--config-ref", "r"}
