@@ -33,6 +33,16 @@ type NewOptions struct {
 	// (swept if the writer dies there: temp.go).
 	Temp  string
 	Stale bool
+	// Reuse makes Temp an existing file to overwrite rather than a name to
+	// create: a spare that a caller kept from an earlier publish (Exchange's
+	// old file) instead of unlinking it. It is opened without O_CREAT and
+	// without following a link, and used only if it is a regular file with
+	// one link, owned by the effective user, with exactly the mode asked;
+	// then it is truncated. Anything else is ErrNotSpare, and the caller
+	// creates a file instead. Reusing spares the file system an inode
+	// allocation and a free per file, which on ext4 without a journal
+	// grows with the rate of recent frees (see launch's spare records).
+	Reuse bool
 	// Mode is the file's exact permission bits (chmod after the create, so
 	// the umask does not decide them); 0600 when zero.
 	Mode os.FileMode
@@ -73,6 +83,8 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 	var err error
 	if o.Temp == "" {
 		fd, err = unix.Openat(d, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, mode)
+	} else if o.Reuse {
+		fd, err = openSpare(d, o.Temp, mode)
 	} else {
 		if o.Stale {
 			if err := unix.Unlinkat(d, o.Temp, 0); err != nil && err != unix.ENOENT {
@@ -94,6 +106,35 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// ErrNotSpare is NewAt's answer (with NewOptions.Reuse) for a name that is
+// not a file fit to reuse.
+var ErrNotSpare = errors.New("not a reusable file")
+
+// openSpare opens the spare name in directory d for NewOptions.Reuse and
+// truncates it.
+func openSpare(d int, name string, mode uint32) (int, error) {
+	fd, err := unix.Openat(d, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == unix.ELOOP || err == unix.ENXIO {
+		return -1, ErrNotSpare // a symbolic link; a FIFO or socket
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err = unix.Fstat(fd, &st); err == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != mode {
+			err = ErrNotSpare
+		} else {
+			err = unix.Ftruncate(fd, 0)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Write appends b to the file, all of it or an error. It is a raw write(2)
@@ -214,29 +255,31 @@ func (p *Pending) Replace(name string) error {
 }
 
 // Exchange is Replace by renameat2(RENAME_EXCHANGE) where a file is at name:
-// the old file is swapped to the temp name and unlinked there. For readers
-// it is the same as Replace; for the file system it is not a rename over an
-// existing name, which ext4 (auto_da_alloc) answers by allocating the new
-// file's blocks at once (see launch's record publish for what that costs).
-// Where name is absent or the file system cannot exchange, it is Replace.
-func (p *Pending) Exchange(name string) error {
+// the old file is swapped to the temp name, and Exchange returns that name
+// for the caller to unlink or reuse (NewOptions.Reuse); "" when nothing was
+// at name. For readers it is the same as Replace; for the file system it is
+// not a rename over an existing name, which ext4 (auto_da_alloc) answers by
+// allocating the new file's blocks at once (see launch's record publish for
+// what that costs). Where name is absent or the file system cannot
+// exchange, it is Replace.
+func (p *Pending) Exchange(name string) (old string, err error) {
 	if err := p.finish(); err != nil {
 		p.Abort()
-		return err
+		return "", err
 	}
 	if err := p.named(); err != nil {
 		p.Abort()
-		return err
+		return "", err
 	}
 	switch err := Exchange(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err {
 	case nil:
-		p.Abort() // unlinks the old file, now at the temp name
-		return p.syncDirs()
+		old, p.tmp = p.tmp, ""
+		return old, p.done()
 	case unix.ENOENT, unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
-		return p.Replace(name)
+		return "", p.Replace(name)
 	default:
 		p.Abort()
-		return err
+		return "", err
 	}
 }
 

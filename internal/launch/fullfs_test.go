@@ -30,7 +30,7 @@ func TestRecordWriteOnFullDisk(t *testing.T) {
 	}
 	defer d.close()
 	name := strings.Repeat("a", keyedHex) + recordSuffix
-	err = d.publish("."+strings.Repeat("a", keyedHex)+".1-1"+tempSuffix, name, []byte(`{"x":1}`))
+	err = d.publish(name, Identity{PID: 1, StartTime: 1}, []byte(`{"x":1}`))
 	want := "write invocation record " + filepath.Join(records, name) + ": no space left on device"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("publish on a full disk: %v, want it to end %q", err, want)

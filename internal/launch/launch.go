@@ -297,7 +297,7 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err != nil {
 		// The barrier never ran (a failed start is reaped by the runtime),
 		// so the reserved record owns nothing.
-		err = firstErr(err, dir.removeErr(name))
+		err = firstErr(err, dir.releaseErr(name))
 		dir.close()
 		return nil, err
 	}
@@ -351,7 +351,7 @@ func (p *Pending) Run(ctx context.Context) (*Result, error) {
 		return nil, err // the record stays [GRP-2]
 	}
 	step("proved")
-	if err := firstErr(err, p.dir.removeErr(p.name)); err != nil {
+	if err := firstErr(err, p.dir.releaseErr(p.name)); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -378,7 +378,7 @@ func (p *Pending) abort(cause error) error {
 	if _, err := p.inv.stop(true); err != nil {
 		return err // the record stays [GRP-2]
 	}
-	return firstErr(cause, p.dir.removeErr(p.name))
+	return firstErr(cause, p.dir.releaseErr(p.name))
 }
 
 // firstErr returns the first non-nil error.

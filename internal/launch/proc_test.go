@@ -70,7 +70,7 @@ func TestListRacesWriters(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if err := d.removeErr(name); err != nil {
+				if err := d.releaseErr(name); err != nil {
 					t.Error(err)
 					return
 				}

@@ -264,37 +264,42 @@ func parseTempName(name string) (writer Identity, record string, ok bool) {
 	return Identity{PID: pid, StartTime: start}, h, true
 }
 
-// write publishes rec as name: write a temporary file, rename it over name.
-// A reader sees the old record or the new one, never a mix, and once write
-// returns every later reader sees it, whatever happens to this process: the
-// record lives in the kernel's page cache, which a process's death does not
-// touch. Nothing is fsynced; see "Records and durability" in the package
-// documentation for why that is the guarantee the record needs.
+// write publishes rec as name: write a temporary file (or a spare: see
+// "Spare record files"), rename it over name. A reader sees the old record
+// or the new one, never a mix, and once write returns every later reader
+// sees it, whatever happens to this process: the record lives in the
+// kernel's page cache, which a process's death does not touch. Nothing is
+// fsynced; see "Records and durability" in the package documentation for
+// why that is the guarantee the record needs.
 func (d *recordDir) write(name string, rec *Record) error {
 	data, err := strictjson.Canonical(rec)
 	if err != nil {
 		return err
 	}
-	return d.publish(tempName(name, rec.Host), name, data)
+	return d.publish(name, rec.Host, data)
 }
 
-// publish writes data under the temporary name tmp and publishes it as
-// name, not durably (fsutil.NewOptions.NoSync: see "Records and durability"
-// in the package documentation). A record already at name (the reserved
-// record, rewritten in phase group) is swapped out atomically
-// (fsutil.Pending.Exchange) rather than renamed over: ext4 (auto_da_alloc)
-// answers a rename over a name by allocating the new file's blocks at once,
-// which makes the record's eventual unlink cost a block free (and a discard,
-// where the file system is mounted so): about 0.1 ms of every invocation on
-// the reference machines, against a few microseconds for a record that
-// lives and dies in the page cache.
-func (d *recordDir) publish(tmp, name string, data []byte) error {
-	p, err := fsutil.NewAt(d.dir, fsutil.NewOptions{Temp: tmp, NoSync: true})
+// publish writes data to a new file of host and publishes it as name, not
+// durably (fsutil.NewOptions.NoSync: see "Records and durability" in the
+// package documentation). A record already at name (the reserved record,
+// rewritten in phase group) is swapped out atomically
+// (fsutil.Pending.Exchange) rather than renamed over, and its file kept as
+// a spare or unlinked: ext4 (auto_da_alloc) answers a rename over a name by
+// allocating the new file's blocks at once, which makes the record's
+// eventual unlink cost a block free (and a discard, where the file system
+// is mounted so): about 0.1 ms of every invocation on the reference
+// machines, against a few microseconds for a record that lives and dies in
+// the page cache.
+func (d *recordDir) publish(name string, host Identity, data []byte) error {
+	p, err := d.newFile(name, host)
 	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(d.path, tmp))
+		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(d.path, tempName(name, host)))
 	}
 	if _, err = p.Write(data); err == nil {
-		err = p.Exchange(name)
+		var old string
+		if old, err = p.Exchange(name); old != "" {
+			d.discard(old)
+		}
 	}
 	p.Abort()
 	var pe *os.PathError
@@ -307,9 +312,10 @@ func (d *recordDir) publish(tmp, name string, data []byte) error {
 	return nil
 }
 
-// removeErr removes name and returns only the error.
-func (d *recordDir) removeErr(name string) error {
-	_, err := d.remove(name)
+// releaseErr releases this process's record name (see release) and returns
+// only the error.
+func (d *recordDir) releaseErr(name string) error {
+	_, err := d.release(name)
 	return err
 }
 
@@ -324,17 +330,35 @@ func (d *recordDir) remove(name string) (bool, error) {
 	return removed, nil
 }
 
-// errUnlinked is readOnce's answer for a record file that lost its last
-// link between the open and the fstat.
-var errUnlinked = errors.New("record file unlinked while it was opened")
+// errUnlinked is readOnce's answer for a record file that left its name
+// while it was read: unlinked, or renamed away (a spare, see "Spare record
+// files").
+var errUnlinked = errors.New("record file left its name while it was read")
+
+// afterRecordOpen, when set (by tests only), runs in readOnce between the
+// checks of the open record file and its reading.
+var afterRecordOpen func(name string)
+
+// parseRecord reads and strictly parses the record file f at path.
+func parseRecord(f *os.File, path string) (Record, error) {
+	data, err := strictjson.Read(f, maxRecord, path)
+	if err != nil {
+		return Record{}, err
+	}
+	var rec Record
+	if err := strictjson.Decode(data, maxRecord, path, &rec); err != nil {
+		return Record{}, err
+	}
+	return rec, rec.validate(path)
+}
 
 // read reads and strictly parses one record: a regular file (not a link, not a
 // FIFO), owned by the effective user, mode exactly 0600, one link, at most
 // maxRecord bytes of canonical-schema JSON with exactly the record's keys.
 //
-// A file that has no link left once opened was replaced (the reserved record
-// rewritten in phase group) or removed (its invocation ended) just after the
-// open: the name is looked up again, so a reader gets the record that is
+// A file that has no link left once opened, or that name no longer names
+// once it is read, was replaced (the reserved record rewritten in phase
+// group) or removed (its invocation ended) meanwhile: the name is looked up again, so a reader gets the record that is
 // there now, or ENOENT, never a refusal of a record for a race with its
 // writer.
 func (d *recordDir) read(name string) (Record, error) {
@@ -372,15 +396,20 @@ func (d *recordDir) readOnce(name string) (Record, error) {
 	case st.Mode&0o7777 != 0o600:
 		return Record{}, errcode.New(errcode.ModeUnsafe, "invocation record %s has mode %04o, not 0600", path, st.Mode&0o7777)
 	}
-	data, err := strictjson.Read(f, maxRecord, path)
+	if afterRecordOpen != nil {
+		afterRecordOpen(name)
+	}
+	rec, err := parseRecord(f, path)
+	// The file may have left name and been rewritten as another record
+	// while it was read (see "Spare record files"), torn or whole: only a
+	// file still at name is name's record, whatever its bytes said.
+	var now unix.Stat_t
+	if serr := unix.Fstatat(d.fd, name, &now, unix.AT_SYMLINK_NOFOLLOW); serr == unix.ENOENT || serr == nil && (now.Ino != st.Ino || now.Dev != st.Dev) {
+		return Record{}, errUnlinked
+	} else if serr != nil {
+		return Record{}, errcode.Wrap(errcode.Internal, serr, "stat %s", path)
+	}
 	if err != nil {
-		return Record{}, err
-	}
-	var rec Record
-	if err := strictjson.Decode(data, maxRecord, path, &rec); err != nil {
-		return Record{}, err
-	}
-	if err := rec.validate(path); err != nil {
 		return Record{}, err
 	}
 	if h := recordHex(name); len(h) == keyedHex && h[:keyHex] != sourceKey(rec.SourceID) {

@@ -127,7 +127,7 @@ func BenchmarkRecordWrite(b *testing.B) {
 		if err := dir.write(name, rec); err != nil {
 			b.Fatal(err)
 		}
-		if err := dir.removeErr(name); err != nil {
+		if err := dir.releaseErr(name); err != nil {
 			b.Fatal(err)
 		}
 	}
