@@ -144,6 +144,9 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 	// Record files are reused for the life of the serve rather than
 	// created and unlinked per invocation (launch: "Spare record files").
 	defer launch.KeepSpares(h.Invocations())()
+	gcCtx, stopGC := context.WithCancel(ctx)
+	defer stopGC()
+	go tuneGCUntil(gcCtx)
 	s := &supervisor{h: h, o: o, running: map[string]bool{}}
 	s.maintain(ctx, d)
 	// A registration or retirement is picked up when the registry watch
