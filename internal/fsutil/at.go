@@ -38,7 +38,8 @@ type NewOptions struct {
 	// old file) instead of unlinking it. It is opened without O_CREAT and
 	// without following a link, and used only if it is a regular file with
 	// one link, owned by the effective user, with exactly the mode asked;
-	// then it is truncated. Anything else is ErrNotSpare, and the caller
+	// what is written overwrites it from the start, and its tail is cut off
+	// when it is published. Anything else is ErrNotSpare, and the caller
 	// creates a file instead. Reusing spares the file system an inode
 	// allocation and a free per file, which on ext4 without a journal
 	// grows with the rate of recent frees (see launch's spare records).
@@ -70,6 +71,9 @@ type Pending struct {
 	fd   int      // the open file; -1 once closed
 	tmp  string   // its name in dir; "" while unnamed
 	sync bool
+	// size is how many bytes were written; old, the size of a reused
+	// file before (its tail is cut off when the file is published).
+	size, old int64
 }
 
 // NewAt starts a file in the pinned directory dir (see NewOptions).
@@ -80,11 +84,12 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 	}
 	d := int(dir.Fd())
 	var fd int
+	var old int64
 	var err error
 	if o.Temp == "" {
 		fd, err = unix.Openat(d, ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, mode)
 	} else if o.Reuse {
-		fd, err = openSpare(d, o.Temp, mode)
+		fd, old, err = openSpare(d, o.Temp, mode)
 	} else {
 		if o.Stale {
 			if err := unix.Unlinkat(d, o.Temp, 0); err != nil && err != unix.ENOENT {
@@ -100,7 +105,7 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 	if to == nil {
 		to = dir
 	}
-	p := &Pending{dir: dir, to: to, fd: fd, tmp: o.Temp, sync: !o.NoSync}
+	p := &Pending{dir: dir, to: to, fd: fd, tmp: o.Temp, sync: !o.NoSync, old: old}
 	if err := unix.Fchmod(fd, mode); err != nil {
 		p.Abort()
 		return nil, err
@@ -113,28 +118,27 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 var ErrNotSpare = errors.New("not a reusable file")
 
 // openSpare opens the spare name in directory d for NewOptions.Reuse and
-// truncates it.
-func openSpare(d int, name string, mode uint32) (int, error) {
+// returns it with its size. It is not truncated here but cut to what was
+// written when it is published: on ext4 a file truncated to nothing and
+// written again gets its blocks allocated at close (auto_da_alloc), which
+// is what reusing a file of the page cache is meant to spare.
+func openSpare(d int, name string, mode uint32) (int, int64, error) {
 	fd, err := unix.Openat(d, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err == unix.ELOOP || err == unix.ENXIO {
-		return -1, ErrNotSpare // a symbolic link; a FIFO or socket
+		return -1, 0, ErrNotSpare // a symbolic link; a FIFO or socket
 	}
 	if err != nil {
-		return -1, err
+		return -1, 0, err
 	}
 	var st unix.Stat_t
-	if err = unix.Fstat(fd, &st); err == nil {
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != mode {
-			err = ErrNotSpare
-		} else {
-			err = unix.Ftruncate(fd, 0)
-		}
+	if err = unix.Fstat(fd, &st); err == nil && (st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != mode) {
+		err = ErrNotSpare
 	}
 	if err != nil {
 		unix.Close(fd)
-		return -1, err
+		return -1, 0, err
 	}
-	return fd, nil
+	return fd, st.Size, nil
 }
 
 // Write appends b to the file, all of it or an error. It is a raw write(2)
@@ -155,6 +159,7 @@ func (p *Pending) Write(b []byte) (int, error) {
 			return n, &os.PathError{Op: "write", Path: name, Err: err}
 		}
 		n += m
+		p.size += int64(m)
 	}
 	return n, nil
 }
@@ -171,8 +176,14 @@ func (p *Pending) Abort() {
 	}
 }
 
-// finish makes the written bytes durable (unless NoSync).
+// finish cuts a reused file to what was written and makes the written
+// bytes durable (unless NoSync).
 func (p *Pending) finish() error {
+	if p.old > p.size {
+		if err := unix.Ftruncate(p.fd, p.size); err != nil {
+			return err
+		}
+	}
 	if p.sync {
 		return unix.Fsync(p.fd)
 	}
