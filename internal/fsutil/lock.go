@@ -124,6 +124,13 @@ var ErrLocked = errors.New("lock held by another process")
 // nothing is held then.
 var ErrInterrupted = errors.New("interrupted while waiting for a lock")
 
+// Interrupted is the error of a wait for a lock that ended with ctx
+// (process-failed, wrapping ErrInterrupted and ctx's cause); format and args
+// say what was waited for. Nothing is held then.
+func Interrupted(ctx context.Context, format string, args ...any) error {
+	return errcode.Wrap(errcode.ProcessFailed, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), format, args...)
+}
+
 const (
 	// lockPollMax caps the back-off between two attempts at a held lock.
 	lockPollMax = 50 * time.Millisecond
@@ -199,7 +206,7 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, errcode.Wrap(errcode.ProcessFailed, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), "waiting for the %s %q, which another process holds", what(o), path)
+			return nil, Interrupted(ctx, "waiting for the %s %q, which another process holds", what(o), path)
 		case <-t.C:
 		}
 		delay = min(2*delay, lockPollMax)
