@@ -114,6 +114,11 @@ type LockOptions struct {
 	// Data says that the lock file holds data (the wake queue): fm never
 	// writes a tag into it (see the rule above).
 	Data bool
+	// Waiting, when set, is called once, when Lock first has to wait: its
+	// first attempt found the lock held. Until then ctx has not been
+	// looked at (the wake queue's group commit withdraws a cancelled wake
+	// only from a batch that waits).
+	Waiting func()
 }
 
 // ErrLocked is returned by a Try lock that another process holds.
@@ -201,6 +206,10 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 			return nil, err
 		case o.Try && time.Since(start) >= tryFor:
 			return nil, ErrLocked
+		}
+		if o.Waiting != nil {
+			o.Waiting()
+			o.Waiting = nil
 		}
 		t := time.NewTimer(delay)
 		select {

@@ -37,15 +37,20 @@ import (
 // fsutil.Lock every other writer (fm wake compact, another process's
 // append) takes, so a batch is one append to them.
 //
-// Cancellation. A wake whose context ends before its batch holds the
-// queue's lock (while it waits behind a batch in flight, or while its batch
-// waits for another process's lock) is withdrawn: it is not written, and
-// its append returns process-failed wrapping fsutil.ErrInterrupted, at once.
-// Once its batch holds the lock the wake is sealed: it is written and its
-// append returns it (or the batch's error), whatever its context does. The
-// line between the two is drawn under one mutex, so every append is one or
-// the other. A batch whose wakes were all withdrawn stops waiting for the
-// lock and writes nothing.
+// Cancellation. The context of an append ends it only while its wake has
+// to wait, as it ended a lone append's wait for the lock before batching:
+// a wake whose context ends while it waits behind a batch in flight, or in
+// a batch whose first attempt found the lock held by another process, is
+// withdrawn: it is not written, and its append returns process-failed
+// wrapping fsutil.ErrInterrupted, at once. A wake whose batch took the lock
+// at its first attempt, or whose batch holds the lock by now, is sealed: it
+// is written and its append returns it (or the batch's error), whatever its
+// context does. (A context that ends during that first attempt, which is
+// bounded and never waits for a holder, is looked at once the attempt has
+// ended; so is one of a wake pending while no batch is in flight, which is
+// about to become the next batch.) The line is drawn under one mutex, so every append is one or the
+// other, never both or neither. A batch whose wakes all withdrew stops
+// waiting for the lock and writes nothing.
 //
 // Batches are per queue: a queue is the state directory's device and inode
 // (any handle pinned to that directory writes the same files) and the name
@@ -66,9 +71,20 @@ type request struct {
 
 // batch is the wakes one lock acquisition writes.
 type batch struct {
-	live   int                // members not withdrawn
-	sealed bool               // the lock is held: no member withdraws any more
-	stop   context.CancelFunc // ends the lock wait: every member withdrew
+	live    int                // members not withdrawn
+	waiting bool               // its first attempt found the lock held
+	sealed  bool               // the lock is held: no member withdraws any more
+	tried   chan struct{}      // closed once waiting or sealed
+	stop    context.CancelFunc // ends the lock wait: every member withdrew
+}
+
+// settle marks b waiting or sealed, under queues' mutex, and closes tried
+// the first time.
+func (b *batch) settle(sealed bool) {
+	if !b.waiting && !b.sealed {
+		close(b.tried)
+	}
+	b.waiting, b.sealed = !sealed, sealed
 }
 
 type queueKey struct {
@@ -79,8 +95,10 @@ type queueKey struct {
 // queue is the pending wakes of one queue; it exists while its committer
 // runs.
 type queue struct {
-	key     queueKey
-	pending []*request
+	key      queueKey
+	pending  []*request
+	inflight bool          // a batch is being committed
+	formed   chan struct{} // closed when the pending wakes become a batch
 }
 
 // queues guards every queue, request and batch of the process.
@@ -112,7 +130,7 @@ func enqueue(state *os.File, r *request) error {
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "duplicate the handle of state directory %q", state.Name())
 	}
-	q := &queue{key: k, pending: []*request{r}}
+	q := &queue{key: k, pending: []*request{r}, formed: make(chan struct{})}
 	r.q = q
 	if queues.m == nil {
 		queues.m = map[queueKey]*queue{}
@@ -123,61 +141,80 @@ func enqueue(state *os.File, r *request) error {
 }
 
 // wait returns r's wake once it is written, or withdraws r when ctx ends
-// before r's batch holds the lock (see Cancellation above).
+// while r waits (see Cancellation above).
 func (r *request) wait(ctx context.Context) (Wake, error) {
 	select {
 	case <-r.done:
 		return r.w, r.err
 	case <-ctx.Done():
 	}
-	queues.Lock()
-	switch {
-	case r.b == nil:
-		r.q.pending = slices.DeleteFunc(r.q.pending, func(p *request) bool { return p == r })
-	case !r.b.sealed:
-		r.withdrawn = true
-		if r.b.live--; r.b.live == 0 {
-			r.b.stop()
+	for {
+		queues.Lock()
+		b, q := r.b, r.q
+		switch {
+		case b == nil && !q.inflight: // about to become a batch
+			formed := q.formed
+			queues.Unlock()
+			<-formed
+			continue
+		case b == nil: // behind the batch in flight
+			q.pending = slices.DeleteFunc(r.q.pending, func(p *request) bool { return p == r })
+		case b.sealed:
+			queues.Unlock()
+			<-r.done
+			return r.w, r.err
+		case b.waiting:
+			r.withdrawn = true
+			if b.live--; b.live == 0 {
+				b.stop()
+			}
+		default: // the batch's first attempt at the lock
+			queues.Unlock()
+			<-b.tried
+			continue
 		}
-	default:
 		queues.Unlock()
-		<-r.done
-		return r.w, r.err
+		return Wake{}, fsutil.Interrupted(ctx, "waiting for the wake queue %q, which another writer holds", filepath.Join(r.q.key.name, FileName))
 	}
-	queues.Unlock()
-	return Wake{}, fsutil.Interrupted(ctx, "waiting for the wake queue %q, which another writer holds", filepath.Join(r.q.key.name, FileName))
 }
 
 // run commits the queue's pending wakes, batch after batch, until none is
 // left; state is the committer's own handle of the state directory.
 func (q *queue) run(state *os.File) {
 	defer state.Close()
-	for {
-		queues.Lock()
+	queues.Lock()
+	for len(q.pending) > 0 {
 		members := q.pending
 		q.pending = nil
-		if len(members) == 0 {
-			delete(queues.m, q.key)
-			queues.Unlock()
-			return
-		}
 		ctx, stop := context.WithCancel(context.Background())
-		b := &batch{live: len(members), stop: stop}
+		b := &batch{live: len(members), stop: stop, tried: make(chan struct{})}
 		for _, r := range members {
 			r.b = b
 		}
+		q.inflight = true
+		close(q.formed)
+		q.formed = make(chan struct{})
 		queues.Unlock()
-		b.commit(ctx, state, members)
+		q.commit(ctx, b, state, members)
 		stop()
+		queues.Lock()
 	}
+	delete(queues.m, q.key)
+	queues.Unlock()
 }
 
 // commit takes the lock for the batch b, seals it, writes its members that
-// were not withdrawn and hands each its wake or the batch's error.
-func (b *batch) commit(ctx context.Context, state *os.File, members []*request) {
-	l, err := openLocked(ctx, state, true)
+// were not withdrawn and hands each its wake or the batch's error. The
+// batch is out of flight before any append returns, so wakes that come
+// after it are not counted as waiting behind it.
+func (q *queue) commit(ctx context.Context, b *batch, state *os.File, members []*request) {
+	l, err := openLocked(ctx, state, true, func() {
+		queues.Lock()
+		b.settle(false)
+		queues.Unlock()
+	})
 	queues.Lock()
-	b.sealed = true
+	b.settle(true)
 	members = slices.DeleteFunc(members, func(r *request) bool { return r.withdrawn })
 	queues.Unlock()
 	if len(members) > 0 {
@@ -187,6 +224,9 @@ func (b *batch) commit(ctx context.Context, state *os.File, members []*request) 
 		}
 	}
 	l.Release()
+	queues.Lock()
+	q.inflight = false
+	queues.Unlock()
 	for _, r := range members {
 		if err != nil && r.err == nil {
 			r.w, r.err = Wake{}, err

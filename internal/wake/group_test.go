@@ -204,7 +204,8 @@ func TestAppendCancelWhileQueued(t *testing.T) {
 		}
 	}
 
-	// In a waiting batch (a) and pending behind it (c); b and d stay.
+	// Pending behind a waiting batch (c), and in a waiting batch (a); b and
+	// d stay.
 	cancelA, chA := start("a")
 	waitQueued(t, state, 0)
 	_, chB := start("b")
@@ -213,11 +214,14 @@ func TestAppendCancelWhileQueued(t *testing.T) {
 	waitQueued(t, state, 2)
 	_, chD := start("d")
 	waitQueued(t, state, 3)
-	cancelA()
-	interrupted("a", chA)
 	cancelC()
 	interrupted("c", chC)
 	waitQueued(t, state, 2)
+	// a was its batch's only wake: the batch stops waiting, and b and d
+	// form the next one, which waits for the holder in its turn.
+	cancelA()
+	interrupted("a", chA)
+	waitQueued(t, state, 0)
 	select {
 	case r := <-chB:
 		t.Fatalf("b returned while the holder holds the queue: %+v %v", r.w, r.err)
@@ -243,6 +247,9 @@ func TestAppendCancelWhileQueued(t *testing.T) {
 
 // [WAKE-1]: once its batch holds the lock a wake is sealed: a context that
 // ends then changes nothing, the wake is written and its append returns it.
+// A context already ended ends nothing that need not wait either: with the
+// lock free at the first attempt the wake is written, as a lone append's
+// was before batching.
 func TestAppendSealedIgnoresCancel(t *testing.T) {
 	dir, state := stateDir(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -253,7 +260,12 @@ func TestAppendSealedIgnoresCancel(t *testing.T) {
 	if err != nil || w.Seq != 1 || ctx.Err() == nil {
 		t.Fatalf("sealed append: %+v %v (ctx %v)", w, err, ctx.Err())
 	}
-	if ws, err := List(dir, 0); err != nil || len(ws) != 1 || ws[0] != w {
+	batchSealed = func(int) {}
+	w2, err := Append(ctx, state, "check", "k2", "p")
+	if err != nil || w2.Seq != 2 {
+		t.Fatalf("append with an ended context and a free lock: %+v %v", w2, err)
+	}
+	if ws, err := List(dir, 0); err != nil || len(ws) != 2 || ws[0] != w || ws[1] != w2 {
 		t.Fatalf("queue %+v %v", ws, err)
 	}
 }

@@ -152,9 +152,10 @@ func Exhausted(state *os.File) error {
 
 // openLocked takes the queue's lock in state (fsutil.Lock: a wait that ends
 // with ctx, held only on the file at the queue's name, which Compact replaces
-// by rename while writers wait for it). With create, an absent queue is
+// by rename while writers wait for it); waiting, when set, is called when
+// the first attempt found the lock held. With create, an absent queue is
 // created 0600; without, an absent queue is (nil, nil).
-func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locked, error) {
+func openLocked(ctx context.Context, state *os.File, create bool, waiting func()) (*fsutil.Locked, error) {
 	if !create {
 		var st unix.Stat_t
 		switch err := unix.Fstatat(int(state.Fd()), FileName, &st, unix.AT_SYMLINK_NOFOLLOW); err {
@@ -165,7 +166,7 @@ func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locke
 			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", filepath.Join(state.Name(), FileName))
 		}
 	}
-	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue", Data: true})
+	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue", Data: true, Waiting: waiting})
 	if path := filepath.Join(state.Name(), FileName); errcode.Is(err, errcode.ModeUnsafe) && earlier(path) {
 		return nil, needsImport(path)
 	}
