@@ -321,3 +321,56 @@ func TestAppendBatchPastMaxSeq(t *testing.T) {
 		t.Fatalf("listed %+v", ws)
 	}
 }
+
+// [WAKE-1]: the committer writes through its own handle of the state
+// directory: the caller whose append started it may withdraw and close its
+// handle, and the descriptor number be reused for another directory, while
+// later wakes of its queue are still being committed; they go to the
+// queue's directory and nowhere else.
+func TestAppendOutlivesCallersHandle(t *testing.T) {
+	dir, state := stateDir(t)
+	if _, err := Append(context.Background(), state, "check", "first", "p"); err != nil {
+		t.Fatal(err)
+	}
+	kill := holdQueue(t, dir)
+	first, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	withdrawn := make(chan error, 1)
+	go func() {
+		_, err := Append(ctx, first, "check", "withdrawn", "p")
+		withdrawn <- err
+	}()
+	waitQueued(t, state, 0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Append(context.Background(), state, "check", "kept", "p")
+		done <- err
+	}()
+	waitQueued(t, state, 1)
+	cancel()
+	if err := <-withdrawn; !errcode.Is(err, errcode.ProcessFailed) {
+		t.Fatalf("withdrawn append: %v", err)
+	}
+	fd := first.Fd()
+	first.Close()
+	other := t.TempDir()
+	reuse, err := os.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reuse.Close()
+	t.Logf("descriptor %d, reused as %d", fd, reuse.Fd())
+	kill()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := List(dir, 0); err != nil || len(ws) != 2 || ws[1].Key != "kept" {
+		t.Fatalf("queue %+v %v", ws, err)
+	}
+	if names, _ := os.ReadDir(other); len(names) != 0 {
+		t.Fatalf("the other directory was written: %v", names)
+	}
+}
