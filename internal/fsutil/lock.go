@@ -114,6 +114,11 @@ type LockOptions struct {
 	// Data says that the lock file holds data (the wake queue): fm never
 	// writes a tag into it (see the rule above).
 	Data bool
+	// Waiting, when set, is called once, when Lock first has to wait: its
+	// first attempt found the lock held. Until then ctx has not been
+	// looked at (the wake queue's group commit withdraws a cancelled wake
+	// only from a batch that waits).
+	Waiting func()
 }
 
 // ErrLocked is returned by a Try lock that another process holds.
@@ -123,6 +128,13 @@ var ErrLocked = errors.New("lock held by another process")
 // error of Lock when its context ends before the lock could be taken;
 // nothing is held then.
 var ErrInterrupted = errors.New("interrupted while waiting for a lock")
+
+// Interrupted is the error of a wait for a lock that ended with ctx
+// (process-failed, wrapping ErrInterrupted and ctx's cause); format and args
+// say what was waited for. Nothing is held then.
+func Interrupted(ctx context.Context, format string, args ...any) error {
+	return errcode.Wrap(errcode.ProcessFailed, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), format, args...)
+}
 
 const (
 	// lockPollMax caps the back-off between two attempts at a held lock.
@@ -195,11 +207,15 @@ func Lock(ctx context.Context, dir *os.File, name string, o LockOptions) (*Locke
 		case o.Try && time.Since(start) >= tryFor:
 			return nil, ErrLocked
 		}
+		if o.Waiting != nil {
+			o.Waiting()
+			o.Waiting = nil
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, errcode.Wrap(errcode.ProcessFailed, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx)), "waiting for the %s %q, which another process holds", what(o), path)
+			return nil, Interrupted(ctx, "waiting for the %s %q, which another process holds", what(o), path)
 		case <-t.C:
 		}
 		delay = min(2*delay, lockPollMax)

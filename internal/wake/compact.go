@@ -41,7 +41,7 @@ type CompactResult struct {
 // absent queue is left absent.
 func Compact(ctx context.Context, state *os.File, window int, keep func(key string) bool) (CompactResult, error) {
 	var res CompactResult
-	l, err := openLocked(ctx, state, false)
+	l, err := openLocked(ctx, state, false, nil)
 	if l == nil {
 		return res, err
 	}

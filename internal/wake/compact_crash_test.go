@@ -21,11 +21,13 @@ import (
 	"firstmate.dev/fm/internal/wake"
 )
 
-// "fm" is this test binary (testscript.Main installs it in PATH).
+// "fm" is this test binary (testscript.Main installs it in PATH), and so is
+// "wake-appender" (group_process_test.go).
 func TestMain(m *testing.M) {
 	launch.MaybeBarrier()
 	testscript.Main(m, map[string]func(){
-		"fm": func() { os.Exit(cli.Run()) },
+		"fm":            func() { os.Exit(cli.Run()) },
+		"wake-appender": appender,
 	})
 }
 

@@ -43,7 +43,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -86,7 +85,9 @@ var flatten = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 // is one more than the greater of the high-water mark and the last
 // well-formed line's queue-seq; the mark is raised to it before the line is
 // written. A queue that cannot advance is refused with sequence-exhausted and
-// nothing is written.
+// nothing is written. Concurrent appends of the process to one queue share
+// one lock, mark write and fsync (group.go); ctx ends an append only while
+// its wake waits for the lock (see Cancellation there).
 func Append(ctx context.Context, state *os.File, kind, key, payload string) (Wake, error) {
 	if !kindRe.MatchString(kind) {
 		return Wake{}, errcode.New(errcode.Internal, "wake kind %q must be a lower-case word", kind)
@@ -95,58 +96,30 @@ func Append(ctx context.Context, state *os.File, kind, key, payload string) (Wak
 	if len(key) > MaxField || len(payload) > MaxField {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
-	l, err := openLocked(ctx, state, true)
-	if err != nil {
+	r := &request{kind: kind, key: key, payload: payload, done: make(chan struct{})}
+	if err := enqueue(state, r); err != nil {
 		return Wake{}, err
 	}
-	defer l.Release()
-	f := l.File()
-	size, err := check(f)
-	if err != nil {
-		return Wake{}, err
-	}
-	seq, torn, err := next(state, f, size)
-	if err != nil {
-		return Wake{}, err
-	}
-	if err := writeMark(state, seq); err != nil {
-		return Wake{}, err
-	}
-	w := Wake{Time: time.Now().Unix(), Seq: seq, Kind: kind, Key: key, Payload: payload}
-	line := w.Line()
-	if torn {
-		// Terminate the torn tail so that it can never parse: a tail cut
-		// after its fourth tab would otherwise become a complete wake with a
-		// truncated key or payload and this wake's queue-seq. Five more tabs
-		// give any tail at least six fields, and Parse wants exactly five.
-		line = tornEnd + line
-	}
-	if _, err := f.WriteString(line); err != nil {
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "append to wake queue %q", f.Name())
-	}
-	if err := f.Sync(); err != nil {
-		return Wake{}, errcode.Wrap(errcode.Internal, err, "sync wake queue %q", f.Name())
-	}
-	return w, nil
+	return r.wait(ctx)
 }
 
 // next returns the queue-seq the next wake of the locked queue f (of size
-// size) gets, and whether f ends in a torn line. sequence-exhausted when
-// that would pass MaxSeq.
-func next(state, f *os.File, size int64) (int64, bool, error) {
+// size) gets, how many of n wakes fit before MaxSeq (at least one), and
+// whether f ends in a torn line. sequence-exhausted when none fits.
+func next(state, f *os.File, size int64, n int) (int64, int, bool, error) {
 	mark, err := readMark(state)
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	last, torn, err := lastSeq(f, size)
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	top := max(mark, last)
 	if top >= MaxSeq {
-		return 0, false, exhausted(filepath.Join(state.Name(), FileName), top)
+		return 0, 0, false, exhausted(filepath.Join(state.Name(), FileName), top)
 	}
-	return top + 1, torn, nil
+	return top + 1, int(min(int64(n), MaxSeq-top)), torn, nil
 }
 
 // exhausted is the error for the queue at path whose queue-seq reached top.
@@ -164,7 +137,7 @@ func Exhausted(state *os.File) error {
 	f, err := openAt(state)
 	if f == nil || err != nil {
 		if err == nil {
-			_, _, err = next(state, nil, 0)
+			_, _, _, err = next(state, nil, 0, 1)
 		}
 		return err
 	}
@@ -173,15 +146,16 @@ func Exhausted(state *os.File) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = next(state, f, size)
+	_, _, _, err = next(state, f, size, 1)
 	return err
 }
 
 // openLocked takes the queue's lock in state (fsutil.Lock: a wait that ends
 // with ctx, held only on the file at the queue's name, which Compact replaces
-// by rename while writers wait for it). With create, an absent queue is
+// by rename while writers wait for it); waiting, when set, is called when
+// the first attempt found the lock held. With create, an absent queue is
 // created 0600; without, an absent queue is (nil, nil).
-func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locked, error) {
+func openLocked(ctx context.Context, state *os.File, create bool, waiting func()) (*fsutil.Locked, error) {
 	if !create {
 		var st unix.Stat_t
 		switch err := unix.Fstatat(int(state.Fd()), FileName, &st, unix.AT_SYMLINK_NOFOLLOW); err {
@@ -192,7 +166,7 @@ func openLocked(ctx context.Context, state *os.File, create bool) (*fsutil.Locke
 			return nil, errcode.Wrap(errcode.Internal, err, "stat wake queue %q", filepath.Join(state.Name(), FileName))
 		}
 	}
-	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue", Data: true})
+	l, err := fsutil.Lock(ctx, state, FileName, fsutil.LockOptions{What: "wake queue", Data: true, Waiting: waiting})
 	if path := filepath.Join(state.Name(), FileName); errcode.Is(err, errcode.ModeUnsafe) && earlier(path) {
 		return nil, needsImport(path)
 	}
