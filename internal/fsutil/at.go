@@ -266,31 +266,34 @@ func (p *Pending) Replace(name string) error {
 }
 
 // Exchange is Replace by renameat2(RENAME_EXCHANGE) where a file is at name:
-// the old file is swapped to the temp name, and Exchange returns that name
-// for the caller to unlink or reuse (NewOptions.Reuse); "" when nothing was
-// at name. For readers it is the same as Replace; for the file system it is
-// not a rename over an existing name, which ext4 (auto_da_alloc) answers by
-// allocating the new file's blocks at once (see launch's record publish for
-// what that costs). Where name is absent or the file system cannot
-// exchange, it is Replace.
-func (p *Pending) Exchange(name string) (old string, err error) {
+// the old file is swapped to the temp name, then kept as a spare of the
+// directory (see "Spare files") or unlinked. For readers it is the same as
+// Replace; for the file system it is not a rename over an existing name,
+// which ext4 (auto_da_alloc) answers by allocating the new file's blocks at
+// once (see launch's record publish for what that costs), and the old
+// file's inode need not be freed. Where name is absent or the file system
+// cannot exchange, it is Replace.
+func (p *Pending) Exchange(name string) error {
 	if err := p.finish(); err != nil {
 		p.Abort()
-		return "", err
+		return err
 	}
 	if err := p.named(); err != nil {
 		p.Abort()
-		return "", err
+		return err
 	}
 	switch err := Exchange(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err {
 	case nil:
-		old, p.tmp = p.tmp, ""
-		return old, p.done()
+		old := p.tmp
+		p.tmp = ""
+		err = p.done()
+		sparesOf(p.dir).keep(p.dir, old)
+		return err
 	case unix.ENOENT, unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
-		return "", p.Replace(name)
+		return p.Replace(name)
 	default:
 		p.Abort()
-		return "", err
+		return err
 	}
 }
 
@@ -313,12 +316,16 @@ func CreateAt(dir *os.File, name string, data []byte) error {
 
 // ReplaceAt durably replaces name in the pinned directory dir with data
 // (mode 0600): a reader sees the old or the new file, never a torn one.
+// The old file is exchanged out (Pending.Exchange), so it can be kept as a
+// spare.
 func ReplaceAt(dir *os.File, name string, data []byte) error {
-	return writeAt(dir, name, data, (*Pending).Replace)
+	return writeAt(dir, name, data, (*Pending).Exchange)
 }
 
+// writeAt writes data to a new file of dir (a spare, when dir has one:
+// NewSpareAt) and publishes it as name.
 func writeAt(dir *os.File, name string, data []byte, publish func(*Pending, string) error) error {
-	p, err := NewAt(dir, NewOptions{})
+	p, err := NewSpareAt(dir, NewOptions{})
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "create a file in %q", dir.Name())
 	}
@@ -337,9 +344,10 @@ func writeAt(dir *os.File, name string, data []byte, publish func(*Pending, stri
 }
 
 // RemoveAt durably removes the file name from the pinned directory dir; an
-// absent name is not an error.
+// absent name is not an error. Where this process keeps spares in dir the
+// file is kept as one (RetireAt).
 func RemoveAt(dir *os.File, name string) error {
-	if _, err := UnlinkAt(dir, name); err != nil {
+	if _, err := RetireAt(dir, name); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "remove %q", filepath.Join(dir.Name(), name))
 	}
 	return SyncAt(dir)

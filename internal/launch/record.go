@@ -296,10 +296,7 @@ func (d *recordDir) publish(name string, host Identity, data []byte) error {
 		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(d.path, tempName(name, host)))
 	}
 	if _, err = p.Write(data); err == nil {
-		var old string
-		if old, err = p.Exchange(name); old != "" {
-			d.discard(old)
-		}
+		err = p.Exchange(name)
 	}
 	p.Abort()
 	var pe *os.PathError

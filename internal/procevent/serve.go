@@ -141,9 +141,11 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 		return err
 	}
 	defer lock.Release()
-	// Record files are reused for the life of the serve rather than
-	// created and unlinked per invocation (launch: "Spare record files").
+	// Files are reused for the life of the serve rather than created and
+	// unlinked per invocation and capture (fsutil: "Spare files").
 	defer launch.KeepSpares(h.Invocations())()
+	defer fsutil.KeepSpares(h.Registrations(), nil)()
+	defer fsutil.KeepSpares(h.Inbox(), nil)()
 	gcCtx, stopGC := context.WithCancel(ctx)
 	defer stopGC()
 	go tuneGCUntil(gcCtx)

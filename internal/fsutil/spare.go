@@ -1,0 +1,223 @@
+package fsutil
+
+import (
+	"errors"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spare files.
+//
+// A long-running writer (fm procevent serve) replaces and removes small
+// files in the same few directories hundreds of times a second: owner
+// records, sequence counters, pending markers. Done with new files, every
+// replace or removal frees an inode and every write allocates one, and on
+// ext4 without a journal (these machines) allocating an inode searches
+// past every inode freed in the last ~30 s (the kernel's
+// recently_deleted): the cost of each create grew with the rate of frees
+// itself, and was serve's largest (docs/performance.md).
+//
+// So such a writer keeps the files it is done with as spares, for a
+// directory it names (KeepSpares), and reuses them:
+//   - Pending.Exchange leaves the replaced file at the temporary name and
+//     keeps it, instead of unlinking it (ReplaceAt publishes by Exchange);
+//   - RetireAt (and so RemoveAt) renames a removed file to a fresh temporary name of this
+//     process and keeps it, instead of unlinking it;
+//   - NewSpareAt (and so CreateAt and ReplaceAt) writes a spare, reopened
+//     with NewOptions.Reuse (only a plain file of this user with one link
+//     and the mode asked, else it is unlinked and a file created), rather
+//     than a new file.
+//
+// A spare is named as a temporary file of its process (TempName, or the
+// directory's own form: KeepSpares' fresh), so every reader ignores it
+// and the sweeps remove it once its process is dead. Durability is that of
+// the operation it replaces: a spare is written, fsynced (unless NoSync)
+// and renamed into place exactly as a new file would be. A reader that
+// holds a file open may see it rewritten once the file has left its name;
+// a reader that must not take those bytes as the name's rechecks the name
+// after reading (launch's records do).
+//
+// Every directory without a keeper, and every process that keeps none
+// (one-shot commands, whose spares would outlive them until a sweep), works
+// as before: a new file per write, an unlink per removal.
+
+// spareMax bounds the spares kept per directory.
+const spareMax = 128
+
+// spareSize bounds the size of a file kept as a spare: bigger ones (a
+// result, say) are unlinked, so spares never hold much disk.
+const spareSize = 64 << 10
+
+// Spares is the pool of spare files of one directory in this process.
+type Spares struct {
+	mu    sync.Mutex
+	users int
+	names []string
+	fresh func() (string, error)
+}
+
+// pools holds the pools by the name of their directory (os.File.Name of
+// the pinned handle: the path it was opened by). A spare name is only
+// used through a pinned directory and NewOptions.Reuse's checks, so a
+// directory swapped at that path costs a fallback, not a mistake.
+var pools struct {
+	mu sync.Mutex
+	m  map[string]*Spares
+}
+
+// KeepSpares makes this process keep spares in the directory at path
+// until the returned function is called; when the last keeper of path is
+// done, its spares are unlinked. fresh names a file released into the
+// pool (nil: TempName); the first keeper's fresh is the pool's. A
+// long-running writer calls it for its lifetime and calls done before it
+// exits.
+func KeepSpares(path string, fresh func() (string, error)) (done func()) {
+	pools.mu.Lock()
+	if pools.m == nil {
+		pools.m = map[string]*Spares{}
+	}
+	s := pools.m[path]
+	if s == nil {
+		if fresh == nil {
+			fresh = func() (string, error) { return TempName(), nil }
+		}
+		s = &Spares{fresh: fresh}
+		pools.m[path] = s
+	}
+	s.users++
+	pools.mu.Unlock()
+	return sync.OnceFunc(func() { dropSpares(path, s) })
+}
+
+// dropSpares ends one keeper of path; the last one unlinks the spares.
+func dropSpares(path string, s *Spares) {
+	pools.mu.Lock()
+	s.users--
+	last := s.users == 0
+	if last {
+		delete(pools.m, path)
+	}
+	pools.mu.Unlock()
+	if !last {
+		return
+	}
+	s.mu.Lock()
+	names := s.names
+	s.names = nil
+	s.mu.Unlock()
+	if len(names) == 0 {
+		return
+	}
+	dir, err := os.Open(path)
+	if err != nil {
+		return // gone: the sweeps remove what is left
+	}
+	defer dir.Close()
+	for _, n := range names {
+		_ = unix.Unlinkat(int(dir.Fd()), n, 0)
+	}
+}
+
+// sparesOf returns the pool of dir, or nil when no one keeps spares there.
+func sparesOf(dir *os.File) *Spares {
+	pools.mu.Lock()
+	defer pools.mu.Unlock()
+	return pools.m[dir.Name()]
+}
+
+// take returns a spare to write, or "" when there is none.
+func (s *Spares) take() string {
+	if s == nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.names) == 0 {
+		return ""
+	}
+	name := s.names[len(s.names)-1]
+	s.names = s.names[:len(s.names)-1]
+	return name
+}
+
+// room reports whether the pool would keep one more spare.
+func (s *Spares) room() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.names) < spareMax
+}
+
+// keep keeps the file name of dir as a spare when the pool has room and
+// the file is small, and unlinks it otherwise.
+func (s *Spares) keep(dir *os.File, name string) {
+	var st unix.Stat_t
+	if s != nil && unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Size <= spareSize {
+		s.mu.Lock()
+		kept := len(s.names) < spareMax
+		if kept {
+			s.names = append(s.names, name)
+		}
+		s.mu.Unlock()
+		if kept {
+			return
+		}
+	}
+	_ = unix.Unlinkat(int(dir.Fd()), name, 0)
+}
+
+// NewSpareAt starts a file in the pinned directory dir like NewAt, but on
+// a spare of dir's pool when it has one fit to reuse (see "Spare files");
+// o.Temp is the name of the file NewAt creates when there is none.
+func NewSpareAt(dir *os.File, o NewOptions) (*Pending, error) {
+	s := sparesOf(dir)
+	for name := s.take(); name != ""; name = s.take() {
+		r := o
+		r.Temp, r.Stale, r.Reuse = name, false, true
+		p, err := NewAt(dir, r)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			_ = unix.Unlinkat(int(dir.Fd()), name, 0) // not fit: not ours to keep
+		}
+	}
+	return NewAt(dir, o)
+}
+
+// RetireAt removes the file name from the pinned directory dir, not
+// durably (RemoveAt is the durable removal): renamed to a fresh temporary
+// name and kept as a spare when dir's pool has room (see "Spare files"),
+// else unlinked. It reports false if name was already gone. Errors are the
+// raw errno.
+func RetireAt(dir *os.File, name string) (bool, error) {
+	s := sparesOf(dir)
+	removed, err := false, error(nil)
+	if fresh, ferr := s.freshName(); ferr == nil && fresh != "" {
+		switch err = RenameNoReplace(int(dir.Fd()), name, int(dir.Fd()), fresh); err {
+		case nil:
+			s.keep(dir, fresh)
+			removed = true
+		case unix.ENOENT:
+			err = nil
+		default:
+			removed, err = UnlinkAt(dir, name)
+		}
+	} else {
+		removed, err = UnlinkAt(dir, name)
+	}
+	return removed, err
+}
+
+// freshName is a name for a file released into the pool, or "" when the
+// pool would not keep it.
+func (s *Spares) freshName() (string, error) {
+	if !s.room() {
+		return "", nil
+	}
+	return s.fresh()
+}

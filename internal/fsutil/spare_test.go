@@ -1,0 +1,157 @@
+package fsutil
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+)
+
+// ino returns the inode number of path.
+func ino(t *testing.T, path string) uint64 {
+	t.Helper()
+	info, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Sys().(*syscall.Stat_t).Ino
+}
+
+// [CAP-1] [HOME-4] With spares kept in a directory, a durable replace keeps
+// the replaced file and the next write reuses it; a removal (RetireAt)
+// keeps the removed file under a temporary name of this process, and the
+// next create reuses it: after a first round, no write allocates a new
+// inode. What is read back is always what was last written (a reused file
+// is cut to size). When the keeper is done the spares are unlinked; without
+// a keeper nothing is left behind.
+func TestSparesReused(t *testing.T) {
+	t.Parallel()
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	done := KeepSpares(dir, nil)
+	for _, v := range []string{"a longer first version\n", "2\n"} {
+		if err := ReplaceAt(d, "counter", []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inodes := map[uint64]bool{}
+	for _, n := range names(t, dir) {
+		inodes[ino(t, filepath.Join(dir, n))] = true
+		if n != "counter" && !IsTempName(n) || TempDead(n) {
+			t.Fatalf("%s: not a temporary file of this process", n)
+		}
+	}
+	if len(inodes) != 2 {
+		t.Fatalf("after two replaces: %v, want the counter and one spare", names(t, dir))
+	}
+	for i := range 5 {
+		v := []byte{byte('3' + i), '\n'}
+		if err := ReplaceAt(d, "counter", v); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "counter")); !slices.Equal(b, v) {
+			t.Fatalf("counter = %q, want %q", b, v)
+		}
+		if err := CreateAt(d, "marker", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := RemoveAt(d, "marker"); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names(t, dir) {
+			if i > 0 && !inodes[ino(t, filepath.Join(dir, n))] {
+				t.Fatalf("round %d: %s is a new file: spares were not reused", i, n)
+			}
+			inodes[ino(t, filepath.Join(dir, n))] = true
+		}
+	}
+	if removed, err := RetireAt(d, "marker"); removed || err != nil {
+		t.Fatalf("RetireAt of an absent name = %v, %v", removed, err)
+	}
+	done()
+	if got := names(t, dir); !slices.Equal(got, []string{"counter"}) {
+		t.Fatalf("after the keeper is done: %q", got)
+	}
+	if err := ReplaceAt(d, "counter", []byte("9\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateAt(d, "marker", nil); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := RetireAt(d, "marker"); !removed || err != nil {
+		t.Fatal(removed, err)
+	}
+	if got := names(t, dir); !slices.Equal(got, []string{"counter"}) {
+		t.Fatalf("without a keeper: %q", got)
+	}
+}
+
+// [HOME-4] A spare is reused only while it is a plain 0600 file of this
+// user with one link: a symbolic link, a hard link or a file of another
+// mode put at a spare's name is unlinked, never written through, and the
+// write goes to a new file. A file too big to keep is not kept.
+func TestUnfitSparesDropped(t *testing.T) {
+	t.Parallel()
+	for _, plant := range []string{"symlink", "hardlink", "mode", "big"} {
+		t.Run(plant, func(t *testing.T) {
+			t.Parallel()
+			dir := privateDir(t)
+			d := pinDir(t, dir, DirRule{Perm: Exact0700})
+			defer KeepSpares(dir, nil)()
+			data := []byte("small")
+			if plant == "big" {
+				data = make([]byte, spareSize+1)
+			}
+			if err := CreateAt(d, "x", data); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := RetireAt(d, "x"); err != nil {
+				t.Fatal(err)
+			}
+			spare := names(t, dir)
+			if plant == "big" {
+				if len(spare) != 0 {
+					t.Fatalf("a file of %d bytes was kept: %q", len(data), spare)
+				}
+				return
+			}
+			if len(spare) != 1 {
+				t.Fatalf("spares: %q", spare)
+			}
+			path := filepath.Join(dir, spare[0])
+			victim := filepath.Join(t.TempDir(), "victim")
+			if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(path)
+			var err error
+			switch plant {
+			case "symlink":
+				err = os.Symlink(victim, path)
+			case "hardlink":
+				err = os.Link(victim, path)
+			case "mode":
+				if err = os.WriteFile(path, []byte("x"), 0o600); err == nil {
+					err = os.Chmod(path, 0o644)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := CreateAt(d, "y", []byte("new")); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "keep" {
+				t.Fatalf("written through the planted %s: %q", plant, b)
+			}
+			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the planted %s is still there: %v", plant, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "y")); string(b) != "new" {
+				t.Fatalf("y = %q", b)
+			}
+		})
+	}
+}
