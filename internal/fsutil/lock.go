@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/freshlook"
 )
 
 // Locks. Every lock of fm (the lifecycle lock, serve's lock, a source's claim
@@ -543,7 +544,6 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 			}
 		}
 	}
-	lockFDs.prune(locks)
 	return false, at, nil
 }
 
@@ -726,10 +726,36 @@ type flockEntry struct {
 // every read asks for at least 64 KiB, and a list of up to a page is one
 // snapshot. (A longer one still comes a page at a time: a lock dropped
 // between two pages can hide one of the next page for that look-up.)
+//
+// Concurrent callers share one read (freshlook): each gets a read that
+// started after it asked, which is as good as its own for the look-up, and
+// a serve whose polls take their claims at once reads the list a few
+// times, not once per poll. The list is shared: callers only read it.
 func readFlocks() ([]flockEntry, bool) {
+	f := flocksLook.Get(func() flocks {
+		f := readFlocksNow()
+		if f.ok {
+			lockFDs.prune(f.list) // once per read: its misses count reads
+		}
+		return f
+	})
+	return f.list, f.ok
+}
+
+// flocksLook shares the reads of /proc/locks.
+var flocksLook freshlook.Look[flocks]
+
+// flocks is one read of /proc/locks: ok is false when it could not be read.
+type flocks struct {
+	list []flockEntry
+	ok   bool
+}
+
+// readFlocksNow is one read of /proc/locks (readFlocks).
+func readFlocksNow() flocks {
 	f, err := os.Open("/proc/locks")
 	if err != nil {
-		return nil, false
+		return flocks{}
 	}
 	defer f.Close()
 	const piece = 64 << 10
@@ -744,7 +770,7 @@ func readFlocks() ([]flockEntry, bool) {
 			break
 		}
 		if err != nil {
-			return nil, false
+			return flocks{}
 		}
 	}
 	var out []flockEntry
@@ -763,7 +789,7 @@ func readFlocks() ([]flockEntry, bool) {
 		}
 		out = append(out, flockEntry{pid: string(f[4]), dev: string(f[5][:i]), ino: ino, write: string(f[3]) == "WRITE"})
 	}
-	return out, true
+	return flocks{out, true}
 }
 
 // devString prints a device number as /proc/locks does.
