@@ -66,6 +66,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // MaxEntries is the most entries a package may hold ([PKG-4]). Directories
@@ -306,12 +307,15 @@ func openTree(root string, p Policy) (*walker, error) {
 		if !filepath.IsAbs(root) {
 			return nil, errcode.New(errcode.PathUnsafe, "installed package %s: path is not absolute", root)
 		}
-		c, err := filepath.EvalSymlinks(root)
-		if err != nil {
-			return nil, errcode.Wrap(errcode.PackageInvalid, err, "installed package %s: cannot resolve its path", root)
-		}
-		if c != root {
-			return nil, errcode.New(errcode.LinkUnsafe, "installed package %s: path is not canonical (resolves to %s)", root, c)
+		if !fsutil.Canonical(root) {
+			// Resolved again only for the words of the refusal.
+			c, err := filepath.EvalSymlinks(root)
+			if err != nil {
+				return nil, errcode.Wrap(errcode.PackageInvalid, err, "installed package %s: cannot resolve its path", root)
+			}
+			if c != root {
+				return nil, errcode.New(errcode.LinkUnsafe, "installed package %s: path is not canonical (resolves to %s)", root, c)
+			}
 		}
 	}
 	w := &walker{root: root, policy: p, uid: uint32(os.Geteuid()), dirents: make([]byte, 16<<10)}
