@@ -322,6 +322,11 @@ type verified struct {
 	stamp string
 	entry *os.File
 	root  *os.File // the package root that scan walked: every launch's working directory
+	// env is the launches' environment, built (and the state and records
+	// directories made sure of) by the first launchSpec: an Invoke builds
+	// its handshake's and its invoke's specs back to back, before any
+	// package code runs, so a second look could find nothing new.
+	env []string
 }
 
 func (v *verified) close() {
@@ -588,7 +593,8 @@ func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *v
 // launchSpec encodes req and builds the launch of verb on rec's entrypoint,
 // as v verified it and holds it open: the exact environment, the package
 // root as working directory, the bounds, the owner. It creates the
-// package's state directory and the invocation records directory.
+// package's state directory and the invocation records directory (once per
+// v: see verified.env).
 func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified, verb string, req any, requestID, sourceID, op string, timeout time.Duration) (launch.Spec, error) {
 	stdin, err := strictjson.Canonical(req)
 	if err != nil {
@@ -597,12 +603,15 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 	if len(stdin) > wire.MaxEnvelopeBytes {
 		return launch.Spec{}, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), wire.MaxEnvelopeBytes)
 	}
-	env, err := Environment(h, rec)
-	if err != nil {
-		return launch.Spec{}, err
-	}
-	if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
-		return launch.Spec{}, err
+	if v.env == nil {
+		env, err := Environment(h, rec)
+		if err != nil {
+			return launch.Spec{}, err
+		}
+		if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
+			return launch.Spec{}, err
+		}
+		v.env = env
 	}
 	return launch.Spec{
 		Path:        filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)),
@@ -610,7 +619,7 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 		Verb:        verb,
 		Dir:         rec.PackageRoot,
 		DirFile:     v.root,
-		Env:         env,
+		Env:         v.env,
 		Stdin:       stdin,
 		StdoutLimit: wire.MaxEnvelopeBytes,
 		StderrLimit: wire.MaxStderrBytes,
