@@ -339,9 +339,6 @@ func (v *verified) close() {
 // (bind's install), the scan is pkgtree.Reverify: a walk that reads no
 // byte when every inode is as since found it, a full scan otherwise.
 func verify(rec *binding.Record, since *pkgtree.Tree) (*verified, error) {
-	if _, err := os.Lstat(rec.PackageRoot); os.IsNotExist(err) {
-		return nil, errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
-	}
 	opts := pkgtree.Options{Keep: rec.Entrypoint}
 	var tree *pkgtree.Tree
 	var err error
@@ -351,6 +348,13 @@ func verify(rec *binding.Record, since *pkgtree.Tree) (*verified, error) {
 		tree, err = pkgtree.ScanWith(rec.PackageRoot, pkgtree.Installed, opts)
 	}
 	if err != nil {
+		// An absent root is the scan's first refusal; only then is it
+		// looked at again, for the operator's words.
+		if errcode.Is(err, errcode.PackageMissing) {
+			if _, lerr := os.Lstat(rec.PackageRoot); os.IsNotExist(lerr) {
+				return nil, errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
+			}
+		}
 		return nil, err
 	}
 	v := &verified{stamp: tree.Stamp, entry: tree.Kept, root: tree.Root}
