@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -122,7 +121,7 @@ func (r DirRule) check(p string, st *unix.Stat_t) error {
 		return errcode.New(errcode.ModeUnsafe, "%s %q is group- or world-writable (mode %04o); chmod go-w it", w, p, mode)
 	}
 	if r.Canonical {
-		if c, err := filepath.EvalSymlinks(p); err != nil || c != filepath.Clean(p) {
+		if !Canonical(p) {
 			return errcode.New(errcode.PathUnsafe, "%s %q is not canonical (a path component is a symlink); use the path without links (FM_HOME, FM_STATE_OVERRIDE)", w, p)
 		}
 	}

@@ -170,6 +170,26 @@ func OpenNoFollow(path string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
+// Canonical reports whether p names an existing entry through no symlink in
+// any component, the last one included: filepath.EvalSymlinks(p) would
+// return filepath.Clean(p). The kernel proves it in one openat2(2) with
+// RESOLVE_NO_SYMLINKS (an O_PATH open, so no permission beyond the search of
+// p's directories is needed, and nothing is read), instead of an lstat(2)
+// per component and their allocations: the home, the store and every
+// installed package root are checked this way before every invocation
+// [INV-1]. Whenever the kernel refuses (a symlink, an absent entry, a kernel
+// without openat2), EvalSymlinks decides, so the answer is always exactly
+// EvalSymlinks'; only a proof that no symlink lies on the way skips it.
+func Canonical(p string) bool {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err == nil {
+		unix.Close(fd)
+		return true
+	}
+	c, err := filepath.EvalSymlinks(p)
+	return err == nil && c == filepath.Clean(p)
+}
+
 // RenameNoReplace renames old in the directory olddir to new in newdir
 // (directory descriptors, or unix.AT_FDCWD for paths) atomically and without
 // replacing anything: unix.EEXIST when new exists. This file is the only one

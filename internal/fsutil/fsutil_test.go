@@ -162,3 +162,62 @@ func TestReadPrivateVanished(t *testing.T) {
 		t.Errorf("replaced at every open: %v after %d opens, want internal after %d", err, opens, reopenBound)
 	}
 }
+
+// [INV-1] [HOME-4] Canonical is the canonical-path check of the installed
+// package root, the store and the home's private directories: it answers
+// exactly as filepath.EvalSymlinks(p) == filepath.Clean(p) would, for a
+// symlink as the last component, in the middle, behind "..", as the target
+// of "..", for absent entries, files, relative paths and unclean spellings.
+func TestCanonical(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"real/sub", "other"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "real/file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for link, to := range map[string]string{"link": "real", "real/up": "../other", "dangling": "absent", "abs": base + "/real"} {
+		if err := os.Symlink(to, filepath.Join(base, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(base)
+	cases := []struct {
+		p    string
+		want bool
+	}{
+		{base, true},
+		{base + "/real", true},
+		{base + "/real/sub", true},
+		{base + "/real/file", true},
+		{base + "/real/sub/", true},
+		{base + "//real/./sub", true},
+		{base + "/real/sub/../sub", true},
+		{"real/sub", true},
+		{".", true},
+		{base + "/link", false},
+		{base + "/link/sub", false},
+		{base + "/abs/sub", false},
+		{base + "/real/up", false},
+		{base + "/real/up/..", false},
+		{base + "/dangling", false},
+		{base + "/absent", false},
+		{base + "/real/file/x", false},
+		{base + "/real/file/..", false},
+		{base + "/link/../real", true}, // and resolves "link" only to drop it
+		{"link/sub", false},
+		{"", true}, // EvalSymlinks reads "" as "."
+	}
+	for _, c := range cases {
+		ev, err := filepath.EvalSymlinks(c.p)
+		evalSays := err == nil && ev == filepath.Clean(c.p)
+		if got := Canonical(c.p); got != c.want || got != evalSays {
+			t.Errorf("Canonical(%q) = %v, want %v (EvalSymlinks says %v)", c.p, got, c.want, evalSays)
+		}
+	}
+}

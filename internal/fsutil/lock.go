@@ -683,15 +683,18 @@ func scanFDs(pid string, locked map[lockedInode]bool) ([]lockFD, bool) {
 // prune forgets the inodes that /proc/locks did not list forgetMisses times in a row as
 // flocked by their process, so that the cache stays as small as it.
 func (c *fdCache) prune(locks []flockEntry) {
-	held := map[string]map[lockedInode]bool{}
+	c.Lock()
+	defer c.Unlock()
+	held := map[string]map[lockedInode]bool{} // of the processes remembered only
 	for _, l := range locks {
+		if c.byPid[l.pid] == nil {
+			continue
+		}
 		if held[l.pid] == nil {
 			held[l.pid] = map[lockedInode]bool{}
 		}
 		held[l.pid][lockedInode{l.dev, l.ino}] = true
 	}
-	c.Lock()
-	defer c.Unlock()
 	for pid, inos := range c.byPid {
 		for ino, h := range inos {
 			if held[pid][ino] {
@@ -727,6 +730,11 @@ type flockEntry struct {
 // snapshot. (A longer one still comes a page at a time: a lock dropped
 // between two pages can hide one of the next page for that look-up.)
 //
+// Every Lock reads it (a claim per poll, the wake queue per announcement),
+// so the read buffer is pooled (flocksBufs) rather than 64 KiB or more made
+// per read, and the pid and device strings, the same few for every line,
+// are made once per read.
+//
 // Concurrent callers share one read (freshlook): each gets a read that
 // started after it asked, which is as good as its own for the look-up, and
 // a serve whose polls take their claims at once reads the list a few
@@ -759,10 +767,17 @@ func readFlocksNow() flocks {
 	}
 	defer f.Close()
 	const piece = 64 << 10
-	data := make([]byte, 0, piece)
+	buf := flocksBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledFlocks {
+			flocksBufs.Put(buf)
+		}
+	}()
+	data := (*buf)[:0]
 	for {
 		if cap(data)-len(data) < piece {
 			data = slices.Grow(data, piece)
+			*buf = data
 		}
 		n, err := f.Read(data[len(data):cap(data)])
 		data = data[:len(data)+n]
@@ -773,24 +788,60 @@ func readFlocksNow() flocks {
 			return flocks{}
 		}
 	}
-	var out []flockEntry
+	strs := map[string]string{}
+	str := func(b []byte) string {
+		s, ok := strs[string(b)]
+		if !ok {
+			s = string(b)
+			strs[s] = s
+		}
+		return s
+	}
+	out := make([]flockEntry, 0, bytes.Count(data, []byte{'\n'}))
+	var fl [][]byte
 	for line := range bytes.Lines(data) {
-		f := bytes.Fields(line)
-		if len(f) < 6 || string(f[1]) != "FLOCK" {
+		fl = appendFields(fl[:0], line)
+		if len(fl) < 6 || string(fl[1]) != "FLOCK" {
 			continue
 		}
-		i := bytes.LastIndexByte(f[5], ':')
+		i := bytes.LastIndexByte(fl[5], ':')
 		if i < 0 {
 			continue
 		}
-		ino, err := strconv.ParseUint(string(f[5][i+1:]), 10, 64)
+		ino, err := strconv.ParseUint(string(fl[5][i+1:]), 10, 64)
 		if err != nil {
 			continue
 		}
-		out = append(out, flockEntry{pid: string(f[4]), dev: string(f[5][:i]), ino: ino, write: string(f[3]) == "WRITE"})
+		out = append(out, flockEntry{pid: str(fl[4]), dev: str(fl[5][:i]), ino: ino, write: string(fl[3]) == "WRITE"})
 	}
 	return flocks{out, true}
 }
+
+// appendFields appends the fields of line, as bytes.Fields splits them at
+// ASCII white space, to f: one slice reused for every line of /proc/locks.
+func appendFields(f [][]byte, line []byte) [][]byte {
+	start := -1
+	for i, c := range line {
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' {
+			if start >= 0 {
+				f, start = append(f, line[start:i]), -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		f = append(f, line[start:])
+	}
+	return f
+}
+
+// flocksBufs holds readFlocks' read buffers, each with room for a 64 KiB
+// read and a page's listing before it; one grown past maxPooledFlocks (a
+// /proc/locks of thousands of locks) is left to the collector.
+var flocksBufs = sync.Pool{New: func() any { b := make([]byte, 0, 68<<10); return &b }}
+
+const maxPooledFlocks = 1 << 20
 
 // devString prints a device number as /proc/locks does.
 func devString(dev uint64) string {

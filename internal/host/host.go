@@ -322,6 +322,11 @@ type verified struct {
 	stamp string
 	entry *os.File
 	root  *os.File // the package root that scan walked: every launch's working directory
+	// env is the launches' environment, built (and the state and records
+	// directories made sure of) by the first launchSpec: an Invoke builds
+	// its handshake's and its invoke's specs back to back, before any
+	// package code runs, so a second look could find nothing new.
+	env []string
 }
 
 func (v *verified) close() {
@@ -334,9 +339,6 @@ func (v *verified) close() {
 // (bind's install), the scan is pkgtree.Reverify: a walk that reads no
 // byte when every inode is as since found it, a full scan otherwise.
 func verify(rec *binding.Record, since *pkgtree.Tree) (*verified, error) {
-	if _, err := os.Lstat(rec.PackageRoot); os.IsNotExist(err) {
-		return nil, errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
-	}
 	opts := pkgtree.Options{Keep: rec.Entrypoint}
 	var tree *pkgtree.Tree
 	var err error
@@ -346,6 +348,13 @@ func verify(rec *binding.Record, since *pkgtree.Tree) (*verified, error) {
 		tree, err = pkgtree.ScanWith(rec.PackageRoot, pkgtree.Installed, opts)
 	}
 	if err != nil {
+		// An absent root is the scan's first refusal; only then is it
+		// looked at again, for the operator's words.
+		if errcode.Is(err, errcode.PackageMissing) {
+			if _, lerr := os.Lstat(rec.PackageRoot); os.IsNotExist(lerr) {
+				return nil, errcode.New(errcode.PackageMissing, "installed package %q is missing; rebind %s", rec.PackageRoot, rec.ExtensionID)
+			}
+		}
 		return nil, err
 	}
 	v := &verified{stamp: tree.Stamp, entry: tree.Kept, root: tree.Root}
@@ -588,7 +597,8 @@ func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *v
 // launchSpec encodes req and builds the launch of verb on rec's entrypoint,
 // as v verified it and holds it open: the exact environment, the package
 // root as working directory, the bounds, the owner. It creates the
-// package's state directory and the invocation records directory.
+// package's state directory and the invocation records directory (once per
+// v: see verified.env).
 func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified, verb string, req any, requestID, sourceID, op string, timeout time.Duration) (launch.Spec, error) {
 	stdin, err := strictjson.Canonical(req)
 	if err != nil {
@@ -597,12 +607,15 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 	if len(stdin) > wire.MaxEnvelopeBytes {
 		return launch.Spec{}, errcode.New(errcode.RequestOversized, "%s request is %d bytes; the bound is %d", verb, len(stdin), wire.MaxEnvelopeBytes)
 	}
-	env, err := Environment(h, rec)
-	if err != nil {
-		return launch.Spec{}, err
-	}
-	if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
-		return launch.Spec{}, err
+	if v.env == nil {
+		env, err := Environment(h, rec)
+		if err != nil {
+			return launch.Spec{}, err
+		}
+		if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
+			return launch.Spec{}, err
+		}
+		v.env = env
 	}
 	return launch.Spec{
 		Path:        filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)),
@@ -610,7 +623,7 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 		Verb:        verb,
 		Dir:         rec.PackageRoot,
 		DirFile:     v.root,
-		Env:         env,
+		Env:         v.env,
 		Stdin:       stdin,
 		StdoutLimit: wire.MaxEnvelopeBytes,
 		StderrLimit: wire.MaxStderrBytes,

@@ -289,3 +289,31 @@ func TestHandshakeTamperStopsInvoke(t *testing.T) {
 	}
 	assertNoRecords(t, f.h)
 }
+
+// [INV-1] An installed package whose root is gone is refused before anything
+// runs, package-missing with the operator's words (rebind), by Revalidate and
+// by Invoke alike; put back, it runs again.
+func TestMissingPackageRoot(t *testing.T) {
+	f := bound(t, 20000)
+	root := f.b.PackageRoot
+	if err := os.Rename(root, root+".away"); err != nil {
+		t.Fatal(err)
+	}
+	for _, how := range []string{"Revalidate", "Invoke"} {
+		var err error
+		if how == "Revalidate" {
+			err = host.Revalidate(&f.b.Record)
+		} else {
+			_, err = f.poll(t, "good")
+		}
+		if !errcode.Is(err, errcode.PackageMissing) || !strings.Contains(err.Error(), "is missing; rebind org.example.fake") {
+			t.Errorf("%s of a package whose root is gone: %v, want package-missing naming the rebind", how, err)
+		}
+	}
+	if err := os.Rename(root+".away", root); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := f.poll(t, "good"); err != nil || res.Output != "hello from fake" {
+		t.Fatalf("the package put back: %v %v", res, err)
+	}
+}

@@ -492,28 +492,51 @@ const selfExe = "/proc/self/exe"
 
 // start starts the barrier in a new process group.
 func start(s Spec) (*invocation, error) {
-	var host, child [4]*os.File // stdin, stdout, stderr, release
-	closeAll := func(fs []*os.File) {
-		for _, f := range fs {
+	// stdin, stdout, stderr, release. The host's ends are Files in the
+	// runtime's poller; the barrier's ends are bare blocking descriptors,
+	// closed here once it has its copies: a File for them would cost a
+	// poller registration, a finalizer and the switch back to blocking
+	// mode that Fd makes, on each of four pipes of every launch.
+	var host [4]*os.File
+	child := [4]int{-1, -1, -1, -1}
+	closeChild := func() {
+		for _, fd := range child {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}
+	closeHost := func() {
+		for _, f := range host {
 			if f != nil {
 				f.Close()
 			}
 		}
 	}
 	for i := range host {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll(host[:])
-			closeAll(child[:])
-			return nil, errcode.Wrap(errcode.Internal, err, "create pipes for %s", s.what())
+		var p [2]int
+		err := unix.Pipe2(p[:], unix.O_CLOEXEC)
+		if err == nil {
+			// The host's end and its name as os.Pipe gives it: the read
+			// end of stdout and stderr, which the child writes.
+			h, name := 1, "|1"
+			if i == 1 || i == 2 {
+				h, name = 0, "|0"
+			}
+			child[i] = p[1-h]
+			if err = unix.SetNonblock(p[h], true); err != nil {
+				unix.Close(p[h])
+			} else {
+				host[i] = os.NewFile(uintptr(p[h]), name)
+			}
 		}
-		if i == 1 || i == 2 { // the child writes stdout and stderr
-			host[i], child[i] = r, w
-		} else {
-			host[i], child[i] = w, r
+		if err != nil {
+			closeHost()
+			closeChild()
+			return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("pipe2", err), "create pipes for %s", s.what())
 		}
 	}
-	files := []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd(), child[3].Fd()}
+	files := []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2]), uintptr(child[3])}
 	if s.Exec != nil {
 		files = append(files, s.Exec.Fd()) // execFd
 	}
@@ -539,9 +562,9 @@ func start(s Spec) (*invocation, error) {
 		supervised.Store(pid, struct{}{})
 	}
 	forkMu.Unlock()
-	closeAll(child[:])
+	closeChild()
 	if err != nil {
-		closeAll(host[:])
+		closeHost()
 		return nil, errcode.Wrap(errcode.ProcessFailed, errcode.Spawn(forkFault(err, files)), "start the launch barrier for %s", s.what())
 	}
 	if pidfd < 0 {
@@ -549,7 +572,7 @@ func start(s Spec) (*invocation, error) {
 		// its pid, so killing and reaping it by pid is exact.
 		_ = unix.Kill(pid, unix.SIGKILL)
 		_, _ = unix.Wait4(pid, nil, unix.WALL, nil)
-		closeAll(host[:])
+		closeHost()
 		return nil, errcode.New(errcode.Internal, "start the launch barrier: this kernel has no pidfds (Linux 5.3 or later is required)")
 	}
 	// The leader's exit is awaited through the runtime's poller (a pidfd is

@@ -61,7 +61,7 @@ func InstallWith(src string, want *Tree, dst string, opts Options) (*Tree, error
 	if err := fsutil.MkdirAllSync(parent, 0o700); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "create %s", parent)
 	}
-	if c, err := filepath.EvalSymlinks(parent); err != nil || c != parent {
+	if !fsutil.Canonical(parent) {
 		return nil, errcode.New(errcode.LinkUnsafe, "store directory %s is not canonical", parent)
 	}
 	if _, err := os.Lstat(dst); err == nil {

@@ -66,6 +66,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/fsutil"
 )
 
 // MaxEntries is the most entries a package may hold ([PKG-4]). Directories
@@ -273,6 +274,7 @@ func identOf(parent int, name string, st *unix.Stat_t) ident {
 // their identities (ids[i] belongs to entries[i]).
 type walker struct {
 	root    string
+	what    string // "package <root>", how the per-entry rules name it
 	policy  Policy
 	uid     uint32
 	fd      int
@@ -282,7 +284,7 @@ type walker struct {
 	files   []int // indices of the file entries, in digest order
 	names   int   // names read from directories so far: each becomes an entry
 	bytes   int64
-	dirents []byte
+	dirents []byte // during walk: its directory-read buffer
 }
 
 // openTree checks and opens the root of a package tree.
@@ -306,15 +308,18 @@ func openTree(root string, p Policy) (*walker, error) {
 		if !filepath.IsAbs(root) {
 			return nil, errcode.New(errcode.PathUnsafe, "installed package %s: path is not absolute", root)
 		}
-		c, err := filepath.EvalSymlinks(root)
-		if err != nil {
-			return nil, errcode.Wrap(errcode.PackageInvalid, err, "installed package %s: cannot resolve its path", root)
-		}
-		if c != root {
-			return nil, errcode.New(errcode.LinkUnsafe, "installed package %s: path is not canonical (resolves to %s)", root, c)
+		if !fsutil.Canonical(root) {
+			// Resolved again only for the words of the refusal.
+			c, err := filepath.EvalSymlinks(root)
+			if err != nil {
+				return nil, errcode.Wrap(errcode.PackageInvalid, err, "installed package %s: cannot resolve its path", root)
+			}
+			if c != root {
+				return nil, errcode.New(errcode.LinkUnsafe, "installed package %s: path is not canonical (resolves to %s)", root, c)
+			}
 		}
 	}
-	w := &walker{root: root, policy: p, uid: uint32(os.Geteuid()), dirents: make([]byte, 16<<10)}
+	w := &walker{root: root, policy: p, uid: uint32(os.Geteuid()), what: "package " + root}
 	fd, err := unix.Open(root, dirFlags, 0)
 	if err != nil {
 		return nil, w.openErr(".", err)
@@ -351,7 +356,7 @@ func (w *walker) openErr(rel string, err error) error {
 
 // check applies [PKG-3] and, for Installed, the store modes to one entry.
 func (w *walker) check(rel string, st *unix.Stat_t) error {
-	what := "package " + w.root
+	what := w.what
 	typ := st.Mode & unix.S_IFMT
 	if err := CheckType(what, rel, typ); err != nil {
 		return err
@@ -378,8 +383,19 @@ func (w *walker) check(rel string, st *unix.Stat_t) error {
 	return nil
 }
 
+// direntBufs holds the directory-read buffers of finished walks: every
+// launch revalidates its package three times ([INV-1]), and a fresh 16 KiB
+// buffer per walk was most of what a revalidation allocated.
+var direntBufs = sync.Pool{New: func() any { return new([16 << 10]byte) }}
+
 // walk validates the whole tree from the root, depth first.
-func (w *walker) walk() error { return w.walkDir(w.fd, -1, "") }
+func (w *walker) walk() error {
+	buf := direntBufs.Get().(*[16 << 10]byte)
+	defer direntBufs.Put(buf)
+	w.dirents = buf[:]
+	defer func() { w.dirents = nil }()
+	return w.walkDir(w.fd, -1, "")
+}
 
 // walkDir validates the contents of the open directory fd (entry parent,
 // relative path prefix ending in '/' or empty for the root) and recurses.
@@ -391,7 +407,7 @@ func (w *walker) walkDir(fd, parent int, prefix string) error {
 	slices.Sort(names) // bytewise
 	for _, name := range names {
 		rel := prefix + name
-		if err := CheckName("package "+w.root, rel, name); err != nil {
+		if err := CheckName(w.what, rel, name); err != nil {
 			return err
 		}
 		var st unix.Stat_t

@@ -181,17 +181,16 @@ func exhausted(id, why string) error {
 // came between a capture and the counter update. So a captured sequence
 // never repeats for a source id in a home, across handling, retirement and
 // re-registration; a sequence whose capture failed before its .result was
-// published was never captured, and is used again [RID-1].
-func (d *dirs) nextSeq(id string) (int64, error) {
+// published was never captured, and is used again [RID-1]. names is the
+// inbox as inboxNames listed it under id's claim (or, for a report, once
+// for every source): one directory read serves a whole pass, however many
+// results the inbox holds.
+func (d *dirs) nextSeq(id string, names []string) (int64, error) {
 	last, err := d.counter(id)
 	if err != nil {
 		return 0, err
 	}
 	why := fmt.Sprintf("counter %s holds %d", filepath.Join(d.reg.Name(), id+seqSuffix), last)
-	names, err := d.inboxNames()
-	if err != nil {
-		return 0, err
-	}
 	for _, n := range names {
 		if outOfRange(n, id) {
 			return 0, exhausted(id, "inbox entry "+filepath.Join(d.inbox.Name(), n)+" has a sequence past the last one")
@@ -284,12 +283,9 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 // clearPending removes the pending markers of source id. The caller holds the
 // claim, so every marker of id is stale: its runner died (or failed) before
 // it decided the announcement, and the result falls under the re-announce
-// rule (announce.go).
-func (d *dirs) clearPending(id string) error {
-	names, err := fsutil.NamesAt(d.inbox)
-	if err != nil {
-		return err
-	}
+// rule (announce.go). names is the inbox as inboxNames listed it under the
+// claim.
+func (d *dirs) clearPending(id string, names []string) error {
 	for _, n := range names {
 		if sid, _, suffix, ok := parseName(n); ok && sid == id && suffix == pendingSuffix {
 			if err := fsutil.RemoveAt(d.inbox, n); err != nil {

@@ -149,7 +149,11 @@ func (d *dirs) retire(ctx context.Context, id string, decide func(string, *Regis
 	}
 	d.removeLocks(id)
 	if err := d.openInbox(false); err == nil {
-		return d.clearPending(id)
+		names, err := d.inboxNames()
+		if err != nil {
+			return err
+		}
+		return d.clearPending(id, names)
 	} else if err != errAbsent {
 		return err
 	}

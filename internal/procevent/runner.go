@@ -160,10 +160,14 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	}
 	// Pending markers found under the claim were left by runners that died
 	// deciding an announcement: the results fall under the re-announce rule.
-	if err := d.clearPending(id); err != nil {
+	names, err := d.inboxNames()
+	if err != nil {
 		return nil, err
 	}
-	seq, err := d.nextSeq(id)
+	if err := d.clearPending(id, names); err != nil {
+		return nil, err
+	}
+	seq, err := d.nextSeq(id, names)
 	if err != nil {
 		return nil, err
 	}

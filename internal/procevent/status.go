@@ -131,8 +131,12 @@ func Sequences(h *home.Home) ([]error, error) {
 		if err != nil {
 			return nil, err
 		}
+		names, err := d.inboxNames()
+		if err != nil {
+			return nil, err
+		}
 		for _, r := range regs {
-			if _, err := d.nextSeq(r.SourceID); err != nil {
+			if _, err := d.nextSeq(r.SourceID, names); err != nil {
 				problems = append(problems, err)
 				reported[r.SourceID] = true
 			}
