@@ -315,6 +315,35 @@ func TestOrphansAreAdoptedByTheMainThread(t *testing.T) {
 	}
 }
 
+// [GRP-4] A sibling that a child of the fork thread makes with CLONE_PARENT
+// is a child of this process listed by the fork thread's children file, as
+// the narrow look assumes of a leader's such siblings.
+func TestCloneParentSiblingIsListedByTheForkThread(t *testing.T) {
+	var out strings.Builder
+	leader := exec.Command(exe())
+	leader.Env = []string{envMode + "=clone-parent", "PATH=" + os.Getenv("PATH"), noRaceExitSleep}
+	leader.Stdout = &out
+	startOnForkThread(t, leader)
+	if err := leader.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(out.String())
+	if err != nil {
+		t.Fatalf("helper printed %q", out.String())
+	}
+	t.Cleanup(func() {
+		unix.Kill(pid, unix.SIGKILL) // pinned until reaped: ours
+		unix.Wait4(pid, nil, unix.WALL, nil)
+	})
+	if got, fork := listedBy(t, pid), int(forkThread.tid.Load()); !slices.Equal(got, []int{fork}) {
+		t.Fatalf("sibling %d is listed by %v, not the fork thread %d", pid, got, fork)
+	}
+	narrowLooks(t)
+	if lookOnlyLeaderChildren() {
+		t.Fatalf("a narrow look missed sibling %d", pid)
+	}
+}
+
 // [GRP-1] [GRP-4] Every leader is forked by the fork thread, whichever
 // thread starts the launch: its barrier is listed by the fork thread's
 // children file only.
