@@ -80,7 +80,7 @@ var forkMu sync.RWMutex
 
 // forkThread is the one OS thread that forks every leader: a goroutine
 // locked to it for the life of the process runs the fork requests of start,
-// one at a time. The kernel lists a child in the children file of the thread
+// one at a time (each under forkMu). The kernel lists a child in the children file of the thread
 // that forked it (its real parent is that thread), so every leader, and every
 // sibling a leader makes with CLONE_PARENT, is listed by this thread's file
 // and no other (see onlyLeaderChildren). The goroutine never returns, so the
@@ -209,7 +209,8 @@ var (
 
 // noteStray sets strayChild if children, the children file of thread tid,
 // lists a child and tid is neither the main thread nor the fork thread. Call
-// it under forkMu, so the fork thread's tid is settled.
+// it under forkMu (for reading): a fork thread that starts meanwhile forks
+// nothing until it is released.
 func noteStray(tid int, children []byte) {
 	if tid != unix.Getpid() && tid != int(forkThread.tid.Load()) && len(bytes.TrimSpace(children)) > 0 {
 		strayChild.Store(true)

@@ -530,22 +530,23 @@ func start(s Spec) (*invocation, error) {
 		err   error
 	)
 	// Forked by the fork thread, which lists every leader (see
-	// onlyLeaderChildren), and under forkMu (for writing) until the new
-	// leader is in leaders, so a look never sees it as a stranger.
-	forkMu.Lock()
+	// onlyLeaderChildren), under forkMu (for writing) until the new leader
+	// is in leaders, so a look never sees it as a stranger. The lock is
+	// taken on that thread, so no look waits while it is woken.
 	onForkThread(func() {
+		forkMu.Lock()
+		defer forkMu.Unlock()
 		pid, err = syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
 			Dir:   dir,
 			Env:   s.Env,
 			Files: files,
 			Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 		})
+		if err == nil && pidfd >= 0 {
+			leaders.Store(pid, struct{}{})
+			supervised.Store(pid, struct{}{})
+		}
 	})
-	if err == nil && pidfd >= 0 {
-		leaders.Store(pid, struct{}{})
-		supervised.Store(pid, struct{}{})
-	}
-	forkMu.Unlock()
 	closeAll(child[:])
 	if err != nil {
 		closeAll(host[:])

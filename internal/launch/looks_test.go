@@ -183,9 +183,11 @@ func listedBy(t *testing.T, pid int) []int {
 func startOnForkThread(t *testing.T, cmd *exec.Cmd) {
 	t.Helper()
 	var err error
-	forkMu.Lock()
-	onForkThread(func() { err = cmd.Start() })
-	forkMu.Unlock()
+	onForkThread(func() {
+		forkMu.Lock()
+		defer forkMu.Unlock()
+		err = cmd.Start()
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,9 +257,11 @@ func TestOrphansAreAdoptedByTheMainThread(t *testing.T) {
 		threads = append(threads, newLockedThread(t))
 	}
 	onFork := func(fn func()) {
-		forkMu.Lock()
-		defer forkMu.Unlock()
-		onForkThread(fn)
+		onForkThread(func() {
+			forkMu.Lock()
+			defer forkMu.Unlock()
+			fn()
+		})
 	}
 	leader := exec.Command("sleep", "60")
 	startOnForkThread(t, leader)
