@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,15 +78,56 @@ var leaders sync.Map // int -> struct{}
 // onlyLeaderChildren.
 var forkMu sync.RWMutex
 
-// onlyLeaderChildren reports whether every child of this process, zombies
-// included, is in leaders: then no orphan of any invocation group has
-// re-parented to it (it is a child subreaper, so every descendant of a dead
-// leader would be, or descend from, such a child). It reads
-// /proc/self/task/*/children (orphans are adopted by any thread); false when
-// that cannot be read (no CONFIG_PROC_CHILDREN) or on any doubt. The file can
-// miss a child that is added or removed while it is read; the caller only
-// uses a true answer to choose a faster proof whose final word is still the
-// kernel's group probe.
+// forkThread is the one OS thread that forks every leader: a goroutine
+// locked to it for the life of the process runs the fork requests of start,
+// one at a time (each under forkMu). The kernel lists a child in the children file of the thread
+// that forked it (its real parent is that thread), so every leader, and every
+// sibling a leader makes with CLONE_PARENT, is listed by this thread's file
+// and no other (see onlyLeaderChildren). The goroutine never returns, so the
+// thread never exits: Go ends a locked thread only when its goroutine does.
+// Nothing else about the fork depends on the thread: the runtime gives every
+// thread the same signal mask, the child's mask and handlers are reset by
+// ForkExec, and no leader is started with a parent-death signal (which the
+// kernel ties to the forking thread) or with any per-thread attribute set.
+var forkThread struct {
+	once sync.Once
+	reqs chan func()
+	tid  atomic.Int64 // 0 until the thread runs
+}
+
+// onForkThread runs fn on the fork thread and returns once it has.
+func onForkThread(fn func()) {
+	forkThread.once.Do(func() {
+		forkThread.reqs = make(chan func())
+		running := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: see forkThread
+			forkThread.tid.Store(int64(unix.Gettid()))
+			close(running)
+			for fn := range forkThread.reqs {
+				fn()
+			}
+		}()
+		<-running
+	})
+	done := make(chan struct{})
+	forkThread.reqs <- func() {
+		defer close(done)
+		fn()
+	}
+	<-done
+}
+
+// onlyLeaderChildren reports whether no orphan of any invocation group has
+// re-parented to this process: whether every child that the children files
+// of the threads that fork leaders and adopt orphans list, zombies included,
+// is in leaders (this process is a child subreaper, so every descendant of a
+// dead leader would be, or descend from, such a child; lookOnlyLeaderChildren
+// says which files and why they are enough). False when a file cannot be
+// read (no CONFIG_PROC_CHILDREN) or on any doubt. A file can miss a child
+// that is added or removed while it is read; the caller only uses a true
+// answer to choose a faster proof whose final word is still the kernel's
+// group probe.
 //
 // Concurrent callers share one look: a caller takes the answer of a look
 // that started after it asked (so the answer is as fresh as its own look
@@ -151,13 +194,65 @@ func (l *look) finished() bool {
 	}
 }
 
-// errNotOnlyLeaders ends a look at the first child that is not a leader.
-var errNotOnlyLeaders = errors.New("a child of the host is not an invocation leader")
+// wideEvery is how long a narrow look may follow the last wide one.
+const wideEvery = time.Second
 
-// lookOnlyLeaderChildren is one look: getdents of /proc/self/task, then one
-// openat relative to it and reads of each thread's children file into one
-// buffer, the pids parsed in place (a serve with 200 polls has ~90 threads,
-// and every proof of a leader's exit may make a look).
+// Looks at the children: wideDue is when (time since epoch) the next look
+// is wide; strayChild is set for good once a wide look or ReapOrphans found
+// a child listed by a thread that is neither the main thread nor the fork
+// thread (noteStray).
+var (
+	epoch      = time.Now()
+	wideDue    atomic.Int64
+	strayChild atomic.Bool
+)
+
+// noteStray sets strayChild if children, the children file of thread tid,
+// lists a child and tid is neither the main thread nor the fork thread. Call
+// it under forkMu (for reading): a fork thread that starts meanwhile forks
+// nothing until it is released.
+func noteStray(tid int, children []byte) {
+	if tid != unix.Getpid() && tid != int(forkThread.tid.Load()) && len(bytes.TrimSpace(children)) > 0 {
+		strayChild.Store(true)
+	}
+}
+
+// lookOnlyLeaderChildren is one look. Which children files it reads:
+//
+// A narrow look reads two: the main thread's (its tid is the pid) and the
+// fork thread's. Those list every child that can be an orphan of an
+// invocation group, or a leader's CLONE_PARENT sibling:
+//
+//   - A child is listed by the file of its real parent, a thread: the one
+//     that forked it, or the one that adopted it. Every leader is forked by
+//     the fork thread, and a leader's CLONE_PARENT child takes the leader's
+//     real parent, the fork thread.
+//   - An orphan is adopted by the first live thread of its new parent's
+//     thread group (kernel/exit.c: find_new_reaper returns find_alive_thread
+//     of the nearest child subreaper ancestor, or of the PID namespace's
+//     init). This process is a child subreaper, so the orphans of every
+//     descendant of its leaders come to it (or, were it a namespace's init,
+//     come to it all the same), and its first thread is the main thread
+//     (the thread group leader, whose tid is the pid), which Go never ends
+//     before the process. The children of one of this process's own threads
+//     that ends go to that first live thread too.
+//
+// A child of any other thread was forked by it (os/exec in the same
+// process), or by such a child with CLONE_PARENT, and descends from no
+// leader. TestOrphansAreAdoptedByTheMainThread checks
+// these kernel facts with real processes.
+//
+// A wide look reads every thread's file (getdents of /proc/self/task), as
+// all looks did before: it is made when the last one started wideEvery ago
+// or more (the first look of a process is wide), and for good once a
+// child of another thread was found (strayChild: the facts above do not hold
+// in this process, or it forks children of its own elsewhere). So a process
+// that starts a stranger anywhere is answered as before, and the narrow look
+// costs a serve with ~100 threads (Go keeps one per concurrently blocking
+// system call) two files instead of ~100.
+//
+// The files are read relative to one descriptor of /proc/self/task into one
+// buffer, the pids parsed in place.
 func lookOnlyLeaderChildren() bool {
 	forkMu.RLock()
 	defer forkMu.RUnlock()
@@ -169,34 +264,54 @@ func lookOnlyLeaderChildren() bool {
 	var (
 		buf  = make([]byte, 1024)
 		path = make([]byte, 0, 32)
+		main = unix.Getpid()
+		fork = int(forkThread.tid.Load())
 	)
-	err = eachPID(tasks, "/proc/self/task", make([]byte, 8<<10), func(name []byte, _ int) error {
+	only := true
+	check := func(name []byte, tid int) error {
 		path = append(append(path[:0], name...), "/children"...)
 		b, err := readAllAt(tasks, path, &buf)
 		if err != nil {
 			return err
 		}
-		for len(b) > 0 {
-			i := bytes.IndexAny(b, " \n")
-			if i < 0 {
-				i = len(b)
-			}
-			f := b[:i]
-			b = b[min(i+1, len(b)):]
-			if len(f) == 0 {
-				continue
-			}
-			pid, ok := atoiPID(f)
-			if !ok {
-				return errNotOnlyLeaders
-			}
-			if _, ok := leaders.Load(pid); !ok && !reapedLeader(pid) {
-				return errNotOnlyLeaders
-			}
-		}
+		noteStray(tid, b)
+		only = only && onlyLeaders(b)
 		return nil
-	})
-	return err == nil
+	}
+	if now := int64(time.Since(epoch)); strayChild.Load() || now >= wideDue.Load() {
+		// Every file, even past a stranger, so that every stray is noted.
+		wideDue.Store(now + int64(wideEvery))
+		return eachPID(tasks, "/proc/self/task", make([]byte, 8<<10), check) == nil && only
+	}
+	name := make([]byte, 0, 10)
+	if check(strconv.AppendInt(name, int64(main), 10), main) != nil || !only {
+		return false
+	}
+	return fork == 0 || fork == main || check(strconv.AppendInt(name, int64(fork), 10), fork) == nil && only
+}
+
+// onlyLeaders reports whether every pid that one children file lists is a
+// leader (or a leader reaped since the file was read).
+func onlyLeaders(b []byte) bool {
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, " \n")
+		if i < 0 {
+			i = len(b)
+		}
+		f := b[:i]
+		b = b[min(i+1, len(b)):]
+		if len(f) == 0 {
+			continue
+		}
+		pid, ok := atoiPID(f)
+		if !ok {
+			return false
+		}
+		if _, ok := leaders.Load(pid); !ok && !reapedLeader(pid) {
+			return false
+		}
+	}
+	return true
 }
 
 // leaderExists reports whether the leader is still running or an unreaped

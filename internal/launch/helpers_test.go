@@ -181,6 +181,13 @@ func helper(mode string) int {
 			return 1
 		}
 	case "quick":
+	case "clone-parent": // starts a sibling (CLONE_PARENT) that sleeps, prints its pid
+		c := exec.Command("sleep", "60")
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_PARENT}
+		if c.Start() != nil {
+			return 1
+		}
+		fmt.Print(c.Process.Pid)
 	case "host":
 		return hostMain()
 	case "hostile-caller":

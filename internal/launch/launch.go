@@ -547,21 +547,29 @@ func start(s Spec) (*invocation, error) {
 		// descriptor: the kernel's link to the open directory, not a name.
 		dir = "/proc/self/fd/" + strconv.Itoa(int(s.DirFile.Fd()))
 	}
-	pidfd := -1
-	// Under forkMu (for writing) until the new leader is in leaders, so
-	// onlyLeaderChildren never sees it as a stranger.
-	forkMu.Lock()
-	pid, err := syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   s.Env,
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
+	var (
+		pidfd = -1
+		pid   int
+		err   error
+	)
+	// Forked by the fork thread, which lists every leader (see
+	// onlyLeaderChildren), under forkMu (for writing) until the new leader
+	// is in leaders, so a look never sees it as a stranger. The lock is
+	// taken on that thread, so no look waits while it is woken.
+	onForkThread(func() {
+		forkMu.Lock()
+		defer forkMu.Unlock()
+		pid, err = syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
+			Dir:   dir,
+			Env:   s.Env,
+			Files: files,
+			Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
+		})
+		if err == nil && pidfd >= 0 {
+			leaders.Store(pid, struct{}{})
+			supervised.Store(pid, struct{}{})
+		}
 	})
-	if err == nil && pidfd >= 0 {
-		leaders.Store(pid, struct{}{})
-		supervised.Store(pid, struct{}{})
-	}
-	forkMu.Unlock()
 	closeChild()
 	if err != nil {
 		closeHost()
@@ -815,6 +823,11 @@ type exitState struct {
 	leak bool
 }
 
+// hostFaultWait is how long stop retries a sweep that failed for a host
+// fault (errcode.HostFault: out of descriptors or memory) before it keeps
+// the record as unproven.
+const hostFaultWait = 30 * time.Second
+
 // stop brings the group to its end and proves it gone [GRP-2], [GRP-4].
 // With terminate, the group gets TERM at once; otherwise (the leader exited
 // on its own) it gets TERM only if a member is found alive, which is then a
@@ -829,18 +842,14 @@ type exitState struct {
 // first. That is done when it cannot cost the proof anything (the fast path,
 // which needs no /proc scan): the leader has exited (on its own, or within
 // termGrace of the TERM, which stop waits for before it looks any further),
-// the kernel signals groups through pidfds (Linux 6.9+), and every child of
-// this process is the leader of one of its invocation groups
-// (onlyLeaderChildren).
+// the kernel signals groups through pidfds (Linux 6.9+), and no orphan of
+// any invocation group has re-parented to this process (onlyLeaderChildren:
+// every child listed by the threads that fork leaders and adopt orphans is a
+// leader).
 // A member of the group other than the leader is then either a descendant of
 // the leader, and every live or zombie descendant of a dead leader descends
 // from a child of this subreaper that is not such a leader, or a process of
 // the same session that joined the group on purpose; the probe after the
-// hostFaultWait is how long stop retries a sweep that failed for a host
-// fault (errcode.HostFault: out of descriptors or memory) before it keeps
-// the record as unproven.
-const hostFaultWait = 30 * time.Second
-
 // reap still sees that one, and the scan below handles it.
 func (inv *invocation) stop(terminate bool) (exitState, error) {
 	g := &inv.g

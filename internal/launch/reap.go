@@ -49,6 +49,9 @@ func ReapOrphans() int {
 		if err != nil {
 			continue
 		}
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			noteStray(tid, b)
+		}
 		for f := range strings.FieldsSeq(string(b)) {
 			pid, err := strconv.Atoi(f)
 			if err != nil || pid <= 0 {

@@ -144,8 +144,9 @@ func BenchmarkMembers(b *testing.B) {
 }
 
 // BenchmarkLookChildren times one look at the host's children
-// (lookOnlyLeaderChildren) in a process of 90 threads, about what serve has
-// with 200 sources answering at once.
+// (lookOnlyLeaderChildren), narrow (the main and the fork thread's files)
+// and wide (every thread's), in a process of 90 threads, about what serve
+// has with 200 sources answering at once.
 func BenchmarkLookChildren(b *testing.B) {
 	stop := make(chan struct{})
 	defer close(stop)
@@ -159,9 +160,17 @@ func BenchmarkLookChildren(b *testing.B) {
 		}()
 	}
 	started.Wait()
-	for b.Loop() {
-		if !lookOnlyLeaderChildren() {
-			b.Fatal("this benchmark process has children that lead no invocation")
-		}
+	defer wideDue.Store(0)
+	for _, c := range []struct {
+		name string
+		wide bool
+	}{{"narrow", false}, {"wide", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if !lookAs(c.wide) {
+					b.Fatal("this benchmark process has children that lead no invocation")
+				}
+			}
+		})
 	}
 }
