@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"firstmate.dev/fm/internal/freshlook"
 	"firstmate.dev/fm/internal/procstat"
 	"golang.org/x/sys/unix"
 )
@@ -129,70 +130,17 @@ func onForkThread(fn func()) {
 // answer to choose a faster proof whose final word is still the kernel's
 // group probe.
 //
-// Concurrent callers share one look: a caller takes the answer of a look
-// that started after it asked (so the answer is as fresh as its own look
-// would be), and otherwise makes the look itself. A thousand polls stopped
-// at once make two looks, not a thousand. A look in progress is not held
-// under the mutex: its callers wait on its done channel, which wakes them
-// all at once (a thousand callers handed a mutex one after the other were
-// what made a mass stop slow under load).
+// Concurrent callers share one look (freshlook): a caller takes the answer
+// of a look that started after it asked (so the answer is as fresh as its
+// own look would be), and otherwise makes the look itself. A thousand polls
+// stopped at once make two looks, not a thousand (a thousand callers handed
+// a mutex one after the other were what made a mass stop slow under load).
 func onlyLeaderChildren() bool {
-	asked := childrenLook.asks.Add(1)
-	for {
-		childrenLook.mu.Lock()
-		l := childrenLook.last
-		if l != nil && l.started > asked {
-			childrenLook.mu.Unlock()
-			<-l.done
-			return l.answer
-		}
-		if l != nil && !l.finished() {
-			// Started before this caller asked: too old to answer it;
-			// wait for it to end, then join or start a fresh one.
-			childrenLook.mu.Unlock()
-			<-l.done
-			continue
-		}
-		l = &look{started: childrenLook.asks.Add(1), done: make(chan struct{})}
-		childrenLook.last = l
-		childrenLook.mu.Unlock()
-		l.answer = lookOnlyLeaderChildren()
-		if afterLook != nil {
-			afterLook()
-		}
-		close(l.done)
-		return l.answer
-	}
+	return childrenLook.Get(lookOnlyLeaderChildren)
 }
 
-// afterLook, when set (by tests only), runs between a look and the
-// publication of its answer, to hold a look in progress.
-var afterLook func()
-
-// childrenLook is the shared look of onlyLeaderChildren: asks counts asks and
-// look starts; last is the latest look, in progress or done.
-var childrenLook struct {
-	mu   sync.Mutex
-	asks atomic.Uint64
-	last *look
-}
-
-// look is one look at this process's children: started is the ask count
-// when it started; answer is set before done is closed.
-type look struct {
-	started uint64
-	done    chan struct{}
-	answer  bool
-}
-
-func (l *look) finished() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
+// childrenLook shares the looks of onlyLeaderChildren.
+var childrenLook freshlook.Look[bool]
 
 // wideEvery is how long a narrow look may follow the last wide one.
 const wideEvery = time.Second

@@ -31,13 +31,13 @@ func TestOnlyLeaderChildrenNeverAnswersFromAStaleLook(t *testing.T) {
 	}
 	looked, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	afterLook = func() {
+	childrenLook.After = func() {
 		once.Do(func() {
 			close(looked)
 			<-release
 		})
 	}
-	defer func() { afterLook = nil }()
+	defer func() { childrenLook.After = nil }()
 	held := make(chan bool)
 	go func() { held <- onlyLeaderChildren() }()
 	select {
