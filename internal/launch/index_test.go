@@ -70,8 +70,9 @@ func TestRecordsIndexedBySource(t *testing.T) {
 	if err := os.WriteFile(bTmp, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := CleanupSource(f.records, "a", func(r Record) bool { return !r.HostLive }); n != 1 || err != nil {
-		t.Fatalf("CleanupSource(a) = %d, %v", n, err)
+	// What it leaves of a, from the same listing: a's live record only.
+	if n, left, err := CleanupSource(f.records, "a", func(r Record) bool { return !r.HostLive }); n != 1 || err != nil || len(left) != 1 || left[0].Path != a || !left[0].HostLive {
+		t.Fatalf("CleanupSource(a) = %d, %+v, %v; want 1 cleaned and %s left", n, left, err, a)
 	}
 	for _, p := range []string{bTmp, a, b} {
 		if _, err := os.Stat(p); err != nil {

@@ -489,17 +489,28 @@ func listIn(records string, sc scope, match func(Record) bool) ([]Record, error)
 }
 
 func (d *recordDir) list(sc scope) ([]Record, error) {
+	recs, _, err := d.listScan(sc)
+	return recs, err
+}
+
+// scanned is one scan of a records directory (recordDir.scan): the names
+// of its records and of its temporary files.
+type scanned struct{ records, temps []string }
+
+// listScan is list, and returns the scan it read as well.
+func (d *recordDir) listScan(sc scope) ([]Record, scanned, error) {
 	boot, err := BootID()
 	if err != nil {
-		return nil, err
+		return nil, scanned{}, err
 	}
-	names, _, err := d.scan(sc)
+	names, temps, err := d.scan(sc)
 	if err != nil {
-		return nil, err
+		return nil, scanned{}, err
 	}
+	seen := scanned{names, temps}
 	self, err := selfIdentity()
 	if err != nil {
-		return nil, err
+		return nil, seen, err
 	}
 	hosts := map[Identity]bool{self: true} // this process is alive; others are looked up once
 	var out []Record
@@ -512,19 +523,19 @@ func (d *recordDir) list(sc scope) ([]Record, error) {
 			continue // debris of an earlier boot: it owns nothing (Cleanup removes it)
 		}
 		if err != nil {
-			return nil, err
+			return nil, seen, err
 		}
-		live, seen := hosts[rec.Host]
-		if !seen {
+		live, known := hosts[rec.Host]
+		if !known {
 			if live, err = alive(rec.Host); err != nil {
-				return nil, err
+				return nil, seen, err
 			}
 			hosts[rec.Host] = live
 		}
 		rec.HostLive = live
 		out = append(out, rec)
 	}
-	return out, nil
+	return out, seen, nil
 }
 
 // Pins returns the records that pin the binding with bindingDigest: live

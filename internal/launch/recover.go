@@ -68,26 +68,44 @@ import (
 // written in an earlier boot (see List): whatever is selected, they own
 // nothing and are not counted.
 func Cleanup(records string, match func(Record) bool) (cleaned int, err error) {
-	return cleanup(records, everyRecord, match)
+	cleaned, _, err = cleanup(records, everyRecord, match)
+	return cleaned, err
 }
 
 // CleanupSource is Cleanup of the records of invocations for source id that
 // match: it reads only the records and temporary files whose names carry
-// id's key, and those named before the index (see sourceKey).
-func CleanupSource(records, id string, match func(Record) bool) (cleaned int, err error) {
-	return cleanup(records, sourceScope(id), func(r Record) bool { return r.SourceID == id && match(r) })
+// id's key, and those named before the index (see sourceKey). It also
+// returns, from the same listing, the records of source id that it left
+// (HostLive set; on an error, none): ListSource after it, for a caller that
+// holds the source's claim, under which no invocation of the source starts,
+// without listing the directory again.
+func CleanupSource(records, id string, match func(Record) bool) (cleaned int, left []Record, err error) {
+	cleaned, left, err = cleanup(records, sourceScope(id), func(r Record) bool { return r.SourceID == id && match(r) })
+	if err != nil {
+		return cleaned, nil, err
+	}
+	var out []Record
+	for _, r := range left {
+		if r.SourceID == id {
+			out = append(out, r)
+		}
+	}
+	return cleaned, out, nil
 }
 
-// cleanup is Cleanup of the records in sc.
-func cleanup(records string, sc scope, match func(Record) bool) (cleaned int, err error) {
+// cleanup is Cleanup of the records in sc; it returns the records in sc
+// that it did not remove. The directory is scanned once: the debris of
+// that scan is removed too (a temporary file written since is a live
+// writer's; a record read since an earlier boot's is not new).
+func cleanup(records string, sc scope, match func(Record) bool) (cleaned int, left []Record, err error) {
 	d, err := openRecordDir(records, false)
 	if d == nil || err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer d.close()
-	recs, err := d.list(sc)
+	recs, seen, err := d.listScan(sc)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var selected []Record
 	for _, r := range recs {
@@ -110,9 +128,10 @@ func cleanup(records string, sc scope, match func(Record) bool) (cleaned int, er
 	}
 	wg.Wait()
 	var kept []string
+	gone := map[string]bool{}
 	for i, r := range selected {
 		if errs[i] != nil {
-			return cleaned, errs[i]
+			return cleaned, nil, errs[i]
 		}
 		if reasons[i] != "" {
 			kept = append(kept, fmt.Sprintf("%s: %s", filepath.Base(r.Path), reasons[i]))
@@ -120,20 +139,26 @@ func cleanup(records string, sc scope, match func(Record) bool) (cleaned int, er
 		}
 		removed, err := d.remove(filepath.Base(r.Path))
 		if err != nil {
-			return cleaned, err
+			return cleaned, nil, err
 		}
+		gone[r.Path] = true
 		if removed {
 			cleaned++
 		}
 	}
-	if err := d.removeDebris(sc); err != nil {
-		return cleaned, err
+	if err := d.removeDebris(seen); err != nil {
+		return cleaned, nil, err
 	}
 	if len(kept) > 0 {
-		return cleaned, errcode.New(errcode.ProcessCleanupFailed,
+		return cleaned, nil, errcode.New(errcode.ProcessCleanupFailed,
 			"%d invocation record(s) in %s stay unresolved: %s", len(kept), records, strings.Join(kept, "; "))
 	}
-	return cleaned, nil
+	for _, r := range recs {
+		if !gone[r.Path] {
+			left = append(left, r)
+		}
+	}
+	return cleaned, left, nil
 }
 
 // resolve applies the decision table to a record whose host is dead. It
@@ -225,21 +250,17 @@ func resolveWithoutLeader(pgid int) (string, error) {
 	return "", nil
 }
 
-// removeDebris removes the temporary files in sc whose writer is no longer
-// alive, and the unreadable records in sc of earlier boots. A temporary name holds the
+// removeDebris removes the temporary files of the scan whose writer is no longer
+// alive, and its unreadable records of earlier boots. A temporary name holds the
 // writer's pid and start time, checked against this boot, so a writer pid and
 // start time of an earlier boot that match a live process of this one keep
 // the file: safe, only untidy.
-func (d *recordDir) removeDebris(sc scope) error {
+func (d *recordDir) removeDebris(seen scanned) error {
 	boot, err := BootID()
 	if err != nil {
 		return err
 	}
-	records, temps, err := d.scan(sc)
-	if err != nil {
-		return err
-	}
-	for _, name := range records {
+	for _, name := range seen.records {
 		if nameBoot(recordHex(name)) == bootPrefix(boot) {
 			continue
 		}
@@ -250,7 +271,7 @@ func (d *recordDir) removeDebris(sc scope) error {
 			return err
 		}
 	}
-	for _, name := range temps {
+	for _, name := range seen.temps {
 		writer, _, _ := parseTempName(name)
 		writer.BootID = boot
 		live, err := alive(writer)

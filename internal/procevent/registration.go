@@ -351,10 +351,7 @@ func publish(h *home.Home, r *Registration) error {
 
 // publishClaimed is publish once the claim is held.
 func (d *dirs) publishClaimed(r *Registration) error {
-	if err := cleanupSource(d.h, r.SourceID); err != nil {
-		return err
-	}
-	if err := noPollOf(d.h, r.SourceID); err != nil {
+	if err := settleSource(d.h, r.SourceID); err != nil {
 		return err
 	}
 	data, err := strictjson.Canonical(r)

@@ -136,12 +136,14 @@ func (d *dirs) retire(ctx context.Context, id string, decide func(string, *Regis
 		}
 		return err
 	}
-	if err := cleanupSource(d.h, id); err != nil {
+	recs, err := cleanupSource(d.h, id)
+	if err == nil && len(recs) > 0 {
+		recs, err = launch.ListSource(d.h.Invocations(), id) // refuse on a fresh listing
+	}
+	if err != nil {
 		return err
 	}
-	if recs, err := sourceRecords(d.h, id, false); err != nil {
-		return err
-	} else if len(recs) > 0 {
+	if len(recs) > 0 {
 		return errcode.New(errcode.ProcessCleanupFailed, "source %q: %d invocation record(s) of the source remain (%s, host pid %d): a process group not proved gone, or a call still running; nothing was retired: retry, or run fm extension cleanup-invocations once that host has exited", id, len(recs), recs[0].Path, recs[0].Host.PID)
 	}
 	if err := fsutil.RemoveAt(d.reg, id+sourceSuffix); err != nil {

@@ -152,10 +152,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if err := d.openInbox(true); err != nil {
 		return nil, err
 	}
-	if err := cleanupSource(d.h, id); err != nil {
-		return nil, err
-	}
-	if err := noPollOf(d.h, id); err != nil {
+	if err := settleSource(d.h, id); err != nil {
 		return nil, err
 	}
 	// Pending markers found under the claim were left by runners that died
@@ -301,41 +298,44 @@ func (d *dirs) retireGeneration(r *Registration) error {
 	return nil
 }
 
-// cleanupSource resolves the owner records that dead hosts left for polls of
-// source id (live invocations are not touched); process-cleanup-failed while
-// any stays unproven.
-func cleanupSource(h *home.Home, id string) error {
-	_, err := launch.CleanupSource(h.Invocations(), id, func(r launch.Record) bool { return !r.HostLive })
-	return err
+// cleanupSource resolves the owner records that dead hosts left for
+// invocations of source id (live invocations are not touched);
+// process-cleanup-failed while any stays unproven. It returns the records
+// of the source that are left, from the same listing (launch.CleanupSource):
+// the caller holds the source's claim, so no invocation of it starts
+// meanwhile.
+func cleanupSource(h *home.Home, id string) ([]launch.Record, error) {
+	_, left, err := launch.CleanupSource(h.Invocations(), id, func(r launch.Record) bool { return !r.HostLive })
+	return left, err
 }
 
-// sourceRecords lists the owner records of invocations for source id, of
-// live and dead hosts alike; with polls, only those of source.poll.
-func sourceRecords(h *home.Home, id string, polls bool) ([]launch.Record, error) {
-	recs, err := launch.ListSource(h.Invocations(), id)
-	if err != nil {
-		return nil, err
+// settleSource is cleanupSource, then noPollOf what it left: what must hold
+// before a poll, a generation or a registration of source id starts. A
+// refusal is decided on a fresh listing, so a record that ended since the
+// cleanup's (a live invocation's) does not refuse.
+func settleSource(h *home.Home, id string) error {
+	left, err := cleanupSource(h, id)
+	if err != nil || noPollOf(id, left) == nil {
+		return err
 	}
-	var out []launch.Record
-	for _, r := range recs {
-		if !polls || r.Operation == wire.OpPoll {
-			out = append(out, r)
-		}
+	if left, err = launch.ListSource(h.Invocations(), id); err != nil {
+		return err
 	}
-	return out, nil
+	return noPollOf(id, left)
 }
 
 // noPollOf refuses (process-cleanup-failed) while an owner record of a poll
-// of source id remains after cleanupSource: a group that was not proved gone,
-// whose host may even be alive (a serve whose poll's group outlived TERM and
-// KILL keeps its record until it exits). No new poll or generation of the
-// source may start beside it.
-func noPollOf(h *home.Home, id string) error {
-	recs, err := sourceRecords(h, id, true)
-	if err != nil || len(recs) == 0 {
-		return err
+// of source id is among recs, the records left after cleanupSource: a group
+// that was not proved gone, whose host may even be alive (a serve whose
+// poll's group outlived TERM and KILL keeps its record until it exits). No
+// new poll or generation of the source may start beside it.
+func noPollOf(id string, recs []launch.Record) error {
+	for _, r := range recs {
+		if r.Operation == wire.OpPoll {
+			return errcode.New(errcode.ProcessCleanupFailed, "source %q: the process group of an earlier poll was not proved gone (owner record %s, host pid %d); nothing was started: retry, or run fm extension cleanup-invocations once that host has exited", id, r.Path, r.Host.PID)
+		}
 	}
-	return errcode.New(errcode.ProcessCleanupFailed, "source %q: the process group of an earlier poll was not proved gone (owner record %s, host pid %d); nothing was started: retry, or run fm extension cleanup-invocations once that host has exited", id, recs[0].Path, recs[0].Host.PID)
+	return nil
 }
 
 // cleanupDead resolves every owner record whose host is dead. An absent

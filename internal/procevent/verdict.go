@@ -273,9 +273,7 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured 
 	}
 	pctx, endWatch, err := d.watchStop(ctx, id)
 	if err == nil {
-		if err = cleanupSource(h, id); err == nil {
-			err = noPollOf(h, id)
-		}
+		err = settleSource(h, id)
 		if err != nil {
 			endWatch()
 		}
