@@ -266,14 +266,20 @@ func (p *Pending) Replace(name string) error {
 }
 
 // Exchange is Replace by renameat2(RENAME_EXCHANGE) where a file is at name:
-// the old file is swapped to the temp name, then kept as a spare of the
-// directory (see "Spare files") or unlinked. For readers it is the same as
-// Replace; for the file system it is not a rename over an existing name,
-// which ext4 (auto_da_alloc) answers by allocating the new file's blocks at
-// once (see launch's record publish for what that costs), and the old
-// file's inode need not be freed. Where name is absent or the file system
-// cannot exchange, it is Replace.
-func (p *Pending) Exchange(name string) error {
+// the old file is swapped to the temp name and unlinked there. For readers
+// it is the same as Replace; for the file system it is not a rename over an
+// existing name, which ext4 (auto_da_alloc) answers by allocating the new
+// file's blocks at once (see launch's record publish for what that costs).
+// Where name is absent or the file system cannot exchange, it is Replace.
+func (p *Pending) Exchange(name string) error { return p.exchange(name, false) }
+
+// ExchangeKeeping is Exchange that keeps the old file as a spare of the
+// directory (see "Spare files") rather than unlinking it, where this
+// process keeps spares there. Only for files whose readers cannot take a
+// reused file's bytes for the old name's (see "Spare files").
+func (p *Pending) ExchangeKeeping(name string) error { return p.exchange(name, true) }
+
+func (p *Pending) exchange(name string, keep bool) error {
 	if err := p.finish(); err != nil {
 		p.Abort()
 		return err
@@ -284,6 +290,10 @@ func (p *Pending) Exchange(name string) error {
 	}
 	switch err := Exchange(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err {
 	case nil:
+		if !keep {
+			p.Abort() // unlinks the old file, now at the temp name
+			return p.syncDirs()
+		}
 		old := p.tmp
 		p.tmp = ""
 		err = p.done()
@@ -316,10 +326,14 @@ func CreateAt(dir *os.File, name string, data []byte) error {
 
 // ReplaceAt durably replaces name in the pinned directory dir with data
 // (mode 0600): a reader sees the old or the new file, never a torn one.
-// The old file is exchanged out (Pending.Exchange), so it can be kept as a
-// spare.
 func ReplaceAt(dir *os.File, name string, data []byte) error {
-	return writeAt(dir, name, data, (*Pending).Exchange)
+	return writeAt(dir, name, data, (*Pending).Replace)
+}
+
+// ReplaceKeepingAt is ReplaceAt that keeps the old file as a spare of dir
+// (Pending.ExchangeKeeping), for the files "Spare files" allows.
+func ReplaceKeepingAt(dir *os.File, name string, data []byte) error {
+	return writeAt(dir, name, data, (*Pending).ExchangeKeeping)
 }
 
 // writeAt writes data to a new file of dir (a spare, when dir has one:
@@ -344,10 +358,19 @@ func writeAt(dir *os.File, name string, data []byte, publish func(*Pending, stri
 }
 
 // RemoveAt durably removes the file name from the pinned directory dir; an
-// absent name is not an error. Where this process keeps spares in dir the
-// file is kept as one (RetireAt).
+// absent name is not an error.
 func RemoveAt(dir *os.File, name string) error {
-	if _, err := RetireAt(dir, name); err != nil {
+	return removeAt(dir, name, UnlinkAt)
+}
+
+// RemoveKeepingAt is RemoveAt that keeps the file as a spare of dir
+// (RetireAt), for the files "Spare files" allows.
+func RemoveKeepingAt(dir *os.File, name string) error {
+	return removeAt(dir, name, RetireAt)
+}
+
+func removeAt(dir *os.File, name string, remove func(*os.File, string) (bool, error)) error {
+	if _, err := remove(dir, name); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "remove %q", filepath.Join(dir.Name(), name))
 	}
 	return SyncAt(dir)

@@ -70,18 +70,24 @@ var errUnlinked = errors.New("file unlinked while it was opened")
 // reopening reads the private file that open opens, opening it again while
 // the file it got had lost its last link (see ReadPrivateFile).
 func reopening(path string, open func() (*os.File, error), max int64) ([]byte, error) {
-	return reopeningAs(path, open, max, true)
+	return reopeningAs(path, open, nil, max, true)
 }
 
 // reopeningAs is reopening with the owner, mode and link-count part of the
-// private-file rule applied only when private is set.
-func reopeningAs(path string, open func() (*os.File, error), max int64, private bool) ([]byte, error) {
+// private-file rule applied only when private is set. With at, which looks
+// up the name again, a file the name no longer names once it is read is
+// read again too: it left the name meanwhile and may have been rewritten
+// as another file (a spare: see "Spare files").
+func reopeningAs(path string, open func() (*os.File, error), at func(*unix.Stat_t) error, max int64, private bool) ([]byte, error) {
 	for range reopenBound {
 		f, err := open()
 		if err != nil {
 			return nil, err
 		}
 		data, err := readPrivate(f, path, max, private)
+		if err == nil && at != nil && !stillAt(f, at) {
+			err = errUnlinked
+		}
 		f.Close()
 		if err != errUnlinked {
 			return data, err
@@ -90,10 +96,18 @@ func reopeningAs(path string, open func() (*os.File, error), max int64, private 
 	return nil, errcode.New(errcode.Internal, "%q kept being replaced while it was read (%d times); retry", path, reopenBound)
 }
 
+// stillAt reports whether at still finds the open file f (same device and
+// inode).
+func stillAt(f *os.File, at func(*unix.Stat_t) error) bool {
+	var now, st unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &st) == nil && at(&now) == nil && now.Dev == st.Dev && now.Ino == st.Ino
+}
+
 // ReadPrivateAt is ReadPrivateFile for name inside the open directory dir: it
 // opens name relative to dir's descriptor without following a link, so a
 // directory path swapped after dir was opened and checked cannot redirect the
-// read. Errors name dir's path joined with name.
+// read. Errors name dir's path joined with name. What it returns was at name
+// when it was read: a file that left name meanwhile is read again.
 func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
 	return readAt(dir, name, max, true)
 }
@@ -120,6 +134,8 @@ func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) 
 			return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
 		}
 		return os.NewFile(uintptr(fd), path), nil
+	}, func(st *unix.Stat_t) error {
+		return unix.Fstatat(int(dir.Fd()), name, st, unix.AT_SYMLINK_NOFOLLOW)
 	}, max, private)
 }
 

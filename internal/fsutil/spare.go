@@ -21,23 +21,29 @@ import (
 //
 // So such a writer keeps the files it is done with as spares, for a
 // directory it names (KeepSpares), and reuses them:
-//   - Pending.Exchange leaves the replaced file at the temporary name and
-//     keeps it, instead of unlinking it (ReplaceAt publishes by Exchange);
-//   - RetireAt (and so RemoveAt) renames a removed file to a fresh temporary name of this
-//     process and keeps it, instead of unlinking it;
-//   - NewSpareAt (and so CreateAt and ReplaceAt) writes a spare, reopened
-//     with NewOptions.Reuse (only a plain file of this user with one link
-//     and the mode asked, else it is unlinked and a file created), rather
-//     than a new file.
+//   - Pending.ExchangeKeeping (and so ReplaceKeepingAt) leaves the replaced
+//     file at the temporary name and keeps it, instead of unlinking it;
+//   - RetireAt (and so RemoveKeepingAt) renames a removed file to a fresh
+//     temporary name of this process and keeps it, instead of unlinking it;
+//   - NewSpareAt (and so every CreateAt and ReplaceAt in the directory)
+//     writes a spare, reopened with NewOptions.Reuse (only a plain file of
+//     this user with one link and the mode asked, else it is unlinked and a
+//     file created), rather than a new file.
 //
 // A spare is named as a temporary file of its process (TempName, or the
 // directory's own form: KeepSpares' fresh), so every reader ignores it
 // and the sweeps remove it once its process is dead. Durability is that of
 // the operation it replaces: a spare is written, fsynced (unless NoSync)
-// and renamed into place exactly as a new file would be. A reader that
-// holds a file open may see it rewritten once the file has left its name;
-// a reader that must not take those bytes as the name's rechecks the name
-// after reading (launch's records do).
+// and renamed into place exactly as a new file would be.
+//
+// What changes for readers: a reader that opened a file by its name may
+// hold it after it left the name, while it is rewritten as another file.
+// So only files whose readers cannot take those bytes for the old name's
+// are kept (the Keeping calls are the only way in): files no reader opens
+// (pending markers), files read through ReadPrivateAt or ReadAt, which
+// check after reading that the name still names the file they read
+// (sequence counters), and owner records, whose reader checks the same
+// (launch). Every other replace and removal unlinks, as before.
 //
 // Every directory without a keeper, and every process that keeps none
 // (one-shot commands, whose spares would outlive them until a sweep), works
@@ -190,7 +196,7 @@ func NewSpareAt(dir *os.File, o NewOptions) (*Pending, error) {
 }
 
 // RetireAt removes the file name from the pinned directory dir, not
-// durably (RemoveAt is the durable removal): renamed to a fresh temporary
+// durably (RemoveKeepingAt is the durable one): renamed to a fresh temporary
 // name and kept as a spare when dir's pool has room (see "Spare files"),
 // else unlinked. It reports false if name was already gone. Errors are the
 // raw errno.

@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // ino returns the inode number of path.
@@ -24,15 +26,16 @@ func ino(t *testing.T, path string) uint64 {
 // keeps the removed file under a temporary name of this process, and the
 // next create reuses it: after a first round, no write allocates a new
 // inode. What is read back is always what was last written (a reused file
-// is cut to size). When the keeper is done the spares are unlinked; without
-// a keeper nothing is left behind.
+// is cut to size). A plain ReplaceAt or RemoveAt keeps nothing. When the
+// keeper is done the spares are unlinked; without a keeper nothing is left
+// behind.
 func TestSparesReused(t *testing.T) {
 	t.Parallel()
 	dir := privateDir(t)
 	d := pinDir(t, dir, DirRule{Perm: Exact0700})
 	done := KeepSpares(dir, nil)
 	for _, v := range []string{"a longer first version\n", "2\n"} {
-		if err := ReplaceAt(d, "counter", []byte(v)); err != nil {
+		if err := ReplaceKeepingAt(d, "counter", []byte(v)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,7 +51,7 @@ func TestSparesReused(t *testing.T) {
 	}
 	for i := range 5 {
 		v := []byte{byte('3' + i), '\n'}
-		if err := ReplaceAt(d, "counter", v); err != nil {
+		if err := ReplaceKeepingAt(d, "counter", v); err != nil {
 			t.Fatal(err)
 		}
 		if b, _ := os.ReadFile(filepath.Join(dir, "counter")); !slices.Equal(b, v) {
@@ -57,7 +60,7 @@ func TestSparesReused(t *testing.T) {
 		if err := CreateAt(d, "marker", nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := RemoveAt(d, "marker"); err != nil {
+		if err := RemoveKeepingAt(d, "marker"); err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range names(t, dir) {
@@ -69,6 +72,19 @@ func TestSparesReused(t *testing.T) {
 	}
 	if removed, err := RetireAt(d, "marker"); removed || err != nil {
 		t.Fatalf("RetireAt of an absent name = %v, %v", removed, err)
+	}
+	before := names(t, dir)
+	if err := ReplaceAt(d, "counter", []byte("8\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateAt(d, "plain", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveAt(d, "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if after := names(t, dir); len(after) != len(before)-1 {
+		t.Fatalf("a plain replace and removal (using one spare) kept files: %q, then %q", before, after)
 	}
 	done()
 	if got := names(t, dir); !slices.Equal(got, []string{"counter"}) {
@@ -154,4 +170,51 @@ func TestUnfitSparesDropped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// [HOME-4] A reader of a name by ReadPrivateAt never gets the bytes of
+// another file: while a writer keeps replacing two counters in a directory
+// with spares, so that the file a reader opened as one may be rewritten as
+// the other once it left its name, every read of each counter returns that
+// counter's own bytes.
+func TestReadAtUnderSpareReuse(t *testing.T) {
+	t.Parallel()
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	defer KeepSpares(dir, nil)()
+	for _, n := range []string{"a", "b"} {
+		if err := ReplaceKeepingAt(d, n, []byte(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	writes := make(chan int)
+	go func() {
+		i := 0
+		for ; ; i++ {
+			select {
+			case <-stop:
+				writes <- i
+				return
+			default:
+			}
+			n := []string{"a", "b"}[i%2]
+			if err := ReplaceKeepingAt(d, n, []byte(strings.Repeat(n, 1+i%7))); err != nil {
+				panic(err)
+			}
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	reads := 0
+	for ; time.Now().Before(deadline); reads++ {
+		n := []string{"a", "b"}[reads%2]
+		b, err := ReadPrivateAt(d, n, 64)
+		if err != nil || len(b) == 0 || strings.Trim(string(b), n) != "" {
+			close(stop)
+			<-writes
+			t.Fatalf("read %d of %s = %q, %v", reads, n, b, err)
+		}
+	}
+	close(stop)
+	t.Logf("%d reads beside %d replaces", reads, <-writes)
 }

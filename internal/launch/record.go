@@ -283,8 +283,8 @@ func (d *recordDir) write(name string, rec *Record) error {
 // durably (fsutil.NewOptions.NoSync: see "Records and durability" in the
 // package documentation). A record already at name (the reserved record,
 // rewritten in phase group) is swapped out atomically
-// (fsutil.Pending.Exchange) rather than renamed over, and its file kept as
-// a spare or unlinked: ext4 (auto_da_alloc) answers a rename over a name by
+// (fsutil.Pending.ExchangeKeeping) rather than renamed over, and its file
+// kept as a spare or unlinked: ext4 (auto_da_alloc) answers a rename over a name by
 // allocating the new file's blocks at once, which makes the record's
 // eventual unlink cost a block free (and a discard, where the file system
 // is mounted so): about 0.1 ms of every invocation on the reference
@@ -296,7 +296,7 @@ func (d *recordDir) publish(name string, host Identity, data []byte) error {
 		return errcode.Wrap(errcode.Internal, err, "create %s", filepath.Join(d.path, tempName(name, host)))
 	}
 	if _, err = p.Write(data); err == nil {
-		err = p.Exchange(name)
+		err = p.ExchangeKeeping(name)
 	}
 	p.Abort()
 	var pe *os.PathError

@@ -274,7 +274,9 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 		}
 		return nil, "", err
 	}
-	if err := fsutil.ReplaceAt(d.reg, r.SourceID+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
+	// Its old file may be kept for reuse: the counter is read only by
+	// ReadPrivateAt, which rechecks the name (fsutil: "Spare files").
+	if err := fsutil.ReplaceKeepingAt(d.reg, r.SourceID+seqSuffix, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
 		return nil, "", err
 	}
 	return m, filepath.Join(d.inbox.Name(), name(r.SourceID, seq, resultSuffix)), nil
@@ -288,7 +290,7 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 func (d *dirs) clearPending(id string, names []string) error {
 	for _, n := range names {
 		if sid, _, suffix, ok := parseName(n); ok && sid == id && suffix == pendingSuffix {
-			if err := fsutil.RemoveAt(d.inbox, n); err != nil {
+			if err := fsutil.RemoveKeepingAt(d.inbox, n); err != nil { // no one reads a marker
 				return err
 			}
 		}

@@ -204,7 +204,9 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		}
 	}
 	// Announced or silenced, durably: the announcement is decided.
-	if err := fsutil.RemoveAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
+	// A marker is only looked at, never read: its file may be kept for
+	// reuse (fsutil: "Spare files").
+	if err := fsutil.RemoveKeepingAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
 		return out, err
 	}
 	if v != nil && v.is(pctx, host.Terminal) {
