@@ -78,6 +78,9 @@ func reopening(path string, open func() (*os.File, error), max int64) ([]byte, e
 func reopeningAs(path string, open func() (*os.File, error), max int64, private bool) ([]byte, error) {
 	for range reopenBound {
 		f, err := open()
+		if err == errUnlinked {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -119,8 +122,39 @@ func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) 
 		case err != nil:
 			return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
 		}
+		if err := holdAt(dir, name, fd); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
 		return os.NewFile(uintptr(fd), path), nil
 	}, max, private)
+}
+
+// holdAt keeps the file fd, just opened as name in dir, from being reused
+// while it is read: a shared open-file-description lock, which a writer
+// reusing a spare (openSpare) must get exclusively, and then a check that
+// name still holds this file. A file kept as a spare stays linked under
+// a temporary name and may be rewritten with another name's bytes (see
+// "Spare files"), so the link count alone no longer tells a reader that
+// its file left the name: once the lock is held the file cannot be
+// rewritten, and while it is at name its bytes are name's. errUnlinked
+// (open name again) when a writer holds the file or name holds another;
+// a file of a lock-less file system is read as before.
+func holdAt(dir *os.File, name string, fd int) error {
+	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
+	switch err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk); err {
+	case nil:
+	case unix.EAGAIN, unix.EACCES:
+		return errUnlinked
+	default:
+		return nil
+	}
+	var held, named unix.Stat_t
+	if unix.Fstat(fd, &held) != nil || unix.Fstatat(int(dir.Fd()), name, &named, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		held.Dev != named.Dev || held.Ino != named.Ino {
+		return errUnlinked
+	}
+	return nil
 }
 
 // readPrivate applies the private-file rule of ReadPrivateFile to an open

@@ -35,9 +35,14 @@ import (
 // and the sweeps remove it once its process is dead. Durability is that of
 // the operation it replaces: a spare is written, fsynced (unless NoSync)
 // and renamed into place exactly as a new file would be. A reader that
-// holds a file open may see it rewritten once the file has left its name;
-// a reader that must not take those bytes as the name's rechecks the name
-// after reading (launch's records do).
+// holds a file open may see it rewritten once the file has left its name:
+// a spare stays linked, so its link count no longer tells. ReadAt and
+// ReadPrivateAt hold what they read (holdAt: a shared lock that the
+// rewriter must get exclusively, and a recheck that the name still holds
+// the file), because a name can get its own file back (a counter's spare
+// is reused for the next counter) after the file held another name's
+// bytes; launch's records, whose names never come back, recheck the name
+// after reading.
 //
 // Every directory without a keeper, and every process that keeps none
 // (one-shot commands, whose spares would outlive them until a sweep), works

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // ino returns the inode number of path.
@@ -154,4 +155,59 @@ func TestUnfitSparesDropped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// [HOME-4] A reader of a name never takes the bytes of another name's file
+// for it: with spares kept in a directory, a file removed from "reg" (as
+// serve retires a registration) stays linked under a temporary name and
+// the next write, of "seq", reuses it. ReadPrivateAt that opened "reg"
+// before the removal must answer "reg" as it was or "not there" (what it
+// answered when the removed file was unlinked), never "seq"'s bytes.
+func TestSpareNeverReadAsAnotherName(t *testing.T) {
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	defer KeepSpares(dir, nil)()
+	reg := []byte(`{"registration":"the whole of it, longer than a counter"}` + "\n")
+	stop := make(chan struct{})
+	wrote := make(chan int)
+	go func() {
+		n := 0
+		defer func() { wrote <- n }()
+		for ; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := CreateAt(d, "reg", reg); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := RemoveAt(d, "reg"); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := ReplaceAt(d, "seq", []byte("12\n")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	bad := 0
+	deadline := time.Now().Add(3 * time.Second)
+	reads := 0
+	for ; time.Now().Before(deadline) && bad == 0; reads++ {
+		data, err := ReadPrivateAt(d, "reg", 1<<10)
+		if err != nil && !os.IsNotExist(err) {
+			t.Errorf("read reg: %v", err)
+			bad++
+		}
+		if err == nil && !slices.Equal(data, reg) {
+			t.Errorf("read reg: %q, another file's bytes", data)
+			bad++
+		}
+	}
+	close(stop)
+	n := <-wrote
+	t.Logf("%d reads against %d rounds", reads, n)
 }
