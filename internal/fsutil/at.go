@@ -140,7 +140,7 @@ func openSpare(d int, name string, mode uint32) (int, int64, error) {
 	// while the file is written (finish drops it before the publish, so a
 	// reader of the new name does not wait for the writer).
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
-	if err == nil && unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) == unix.EAGAIN {
+	if e := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk); err == nil && (e == unix.EAGAIN || e == unix.EACCES) {
 		err = ErrNotSpare
 	}
 	if err != nil {
