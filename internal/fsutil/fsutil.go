@@ -139,15 +139,13 @@ func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) 
 // its file left the name: once the lock is held the file cannot be
 // rewritten, and while it is at name its bytes are name's. errUnlinked
 // (open name again) when a writer holds the file or name holds another;
-// a file of a lock-less file system is read as before.
+// on a file system without such locks only the name is checked.
 func holdAt(dir *os.File, name string, fd int) error {
 	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
 	switch err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk); err {
 	case nil:
 	case unix.EAGAIN, unix.EACCES:
 		return errUnlinked
-	default:
-		return nil
 	}
 	var held, named unix.Stat_t
 	if unix.Fstat(fd, &held) != nil || unix.Fstatat(int(dir.Fd()), name, &named, unix.AT_SYMLINK_NOFOLLOW) != nil ||
