@@ -122,15 +122,19 @@ func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) 
 		case err != nil:
 			return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
 		}
-		if err := holdAt(dir, name, fd); err != nil {
-			unix.Close(fd)
-			return nil, err
+		// fm's own files only: ReadAt's (the SDK's replay records) are
+		// never kept as spares, and an adapter may lock its own files.
+		if private {
+			if err := holdAt(dir, name, fd); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
 		}
 		return os.NewFile(uintptr(fd), path), nil
 	}, max, private)
 }
 
-// holdAt keeps the file fd, just opened as name in dir, from being reused
+// holdAt keeps the file fd, just opened as name in dir by ReadPrivateAt, from being reused
 // while it is read: a shared open-file-description lock, which a writer
 // reusing a spare (openSpare) must get exclusively, and then a check that
 // name still holds this file. A file kept as a spare stays linked under

@@ -36,8 +36,8 @@ import (
 // the operation it replaces: a spare is written, fsynced (unless NoSync)
 // and renamed into place exactly as a new file would be. A reader that
 // holds a file open may see it rewritten once the file has left its name:
-// a spare stays linked, so its link count no longer tells. ReadAt and
-// ReadPrivateAt hold what they read (holdAt: a shared lock that the
+// a spare stays linked, so its link count no longer tells.
+// ReadPrivateAt holds what it reads (holdAt: a shared lock that the
 // rewriter must get exclusively, and a recheck that the name still holds
 // the file), because a name can get its own file back (a counter's spare
 // is reused for the next counter) after the file held another name's
