@@ -74,6 +74,7 @@ type Pending struct {
 	// size is how many bytes were written; old, the size of a reused
 	// file before (its tail is cut off when the file is published).
 	size, old int64
+	reused    bool // a spare, write-locked while it is written (openSpare)
 }
 
 // NewAt starts a file in the pinned directory dir (see NewOptions).
@@ -105,7 +106,7 @@ func NewAt(dir *os.File, o NewOptions) (*Pending, error) {
 	if to == nil {
 		to = dir
 	}
-	p := &Pending{dir: dir, to: to, fd: fd, tmp: o.Temp, sync: !o.NoSync, old: old}
+	p := &Pending{dir: dir, to: to, fd: fd, tmp: o.Temp, sync: !o.NoSync, old: old, reused: o.Reuse}
 	if err := unix.Fchmod(fd, mode); err != nil {
 		p.Abort()
 		return nil, err
@@ -132,6 +133,14 @@ func openSpare(d int, name string, mode uint32) (int, int64, error) {
 	}
 	var st unix.Stat_t
 	if err = unix.Fstat(fd, &st); err == nil && (st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != mode) {
+		err = ErrNotSpare
+	}
+	// A reader that opened the file at its earlier name may still be
+	// reading it (holdAt): such a file is not rewritten. The lock is held
+	// while the file is written (finish drops it before the publish, so a
+	// reader of the new name does not wait for the writer).
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
+	if e := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk); err == nil && (e == unix.EAGAIN || e == unix.EACCES) {
 		err = ErrNotSpare
 	}
 	if err != nil {
@@ -185,7 +194,13 @@ func (p *Pending) finish() error {
 		}
 	}
 	if p.sync {
-		return unix.Fsync(p.fd)
+		if err := unix.Fsync(p.fd); err != nil {
+			return err
+		}
+	}
+	if p.reused {
+		lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart}
+		_ = unix.FcntlFlock(uintptr(p.fd), unix.F_OFD_SETLK, &lk)
 	}
 	return nil
 }

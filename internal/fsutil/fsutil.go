@@ -70,24 +70,21 @@ var errUnlinked = errors.New("file unlinked while it was opened")
 // reopening reads the private file that open opens, opening it again while
 // the file it got had lost its last link (see ReadPrivateFile).
 func reopening(path string, open func() (*os.File, error), max int64) ([]byte, error) {
-	return reopeningAs(path, open, nil, max, true)
+	return reopeningAs(path, open, max, true)
 }
 
 // reopeningAs is reopening with the owner, mode and link-count part of the
-// private-file rule applied only when private is set. With at, which looks
-// up the name again, a file the name no longer names once it is read is
-// read again too: it left the name meanwhile and may have been rewritten
-// as another file (a spare: see "Spare files").
-func reopeningAs(path string, open func() (*os.File, error), at func(*unix.Stat_t) error, max int64, private bool) ([]byte, error) {
+// private-file rule applied only when private is set.
+func reopeningAs(path string, open func() (*os.File, error), max int64, private bool) ([]byte, error) {
 	for range reopenBound {
 		f, err := open()
+		if err == errUnlinked {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		data, err := readPrivate(f, path, max, private)
-		if err == nil && at != nil && !stillAt(f, at) {
-			err = errUnlinked
-		}
 		f.Close()
 		if err != errUnlinked {
 			return data, err
@@ -96,18 +93,11 @@ func reopeningAs(path string, open func() (*os.File, error), at func(*unix.Stat_
 	return nil, errcode.New(errcode.Internal, "%q kept being replaced while it was read (%d times); retry", path, reopenBound)
 }
 
-// stillAt reports whether at still finds the open file f (same device and
-// inode).
-func stillAt(f *os.File, at func(*unix.Stat_t) error) bool {
-	var now, st unix.Stat_t
-	return unix.Fstat(int(f.Fd()), &st) == nil && at(&now) == nil && now.Dev == st.Dev && now.Ino == st.Ino
-}
-
 // ReadPrivateAt is ReadPrivateFile for name inside the open directory dir: it
 // opens name relative to dir's descriptor without following a link, so a
 // directory path swapped after dir was opened and checked cannot redirect the
 // read. Errors name dir's path joined with name. What it returns was at name
-// when it was read: a file that left name meanwhile is read again.
+// when it was read (holdAt).
 func ReadPrivateAt(dir *os.File, name string, max int64) ([]byte, error) {
 	return readAt(dir, name, max, true)
 }
@@ -133,10 +123,41 @@ func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) 
 		case err != nil:
 			return nil, errcode.Wrap(errcode.Internal, err, "open %q", path)
 		}
+		// fm's own files only: ReadAt's (the SDK's replay records) are
+		// never kept as spares, and an adapter may lock its own files.
+		if private {
+			if err := holdAt(dir, name, fd); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
+		}
 		return os.NewFile(uintptr(fd), path), nil
-	}, func(st *unix.Stat_t) error {
-		return unix.Fstatat(int(dir.Fd()), name, st, unix.AT_SYMLINK_NOFOLLOW)
 	}, max, private)
+}
+
+// holdAt keeps the file fd, just opened as name in dir by ReadPrivateAt, from being reused
+// while it is read: a shared open-file-description lock, which a writer
+// reusing a spare (openSpare) must get exclusively, and then a check that
+// name still holds this file. A file kept as a spare stays linked under
+// a temporary name and may be rewritten with another name's bytes (see
+// "Spare files"), so the link count alone no longer tells a reader that
+// its file left the name: once the lock is held the file cannot be
+// rewritten, and while it is at name its bytes are name's. errUnlinked
+// (open name again) when a writer holds the file or name holds another;
+// on a file system without such locks only the name is checked.
+func holdAt(dir *os.File, name string, fd int) error {
+	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
+	switch err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk); err {
+	case nil:
+	case unix.EAGAIN, unix.EACCES:
+		return errUnlinked
+	}
+	var held, named unix.Stat_t
+	if unix.Fstat(fd, &held) != nil || unix.Fstatat(int(dir.Fd()), name, &named, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		held.Dev != named.Dev || held.Ino != named.Ino {
+		return errUnlinked
+	}
+	return nil
 }
 
 // readPrivate applies the private-file rule of ReadPrivateFile to an open

@@ -37,12 +37,18 @@ import (
 // and renamed into place exactly as a new file would be.
 //
 // What changes for readers: a reader that opened a file by its name may
-// hold it after it left the name, while it is rewritten as another file.
-// So only files whose readers cannot take those bytes for the old name's
-// are kept (the Keeping calls are the only way in): files no reader opens
-// (pending markers), files read through ReadPrivateAt or ReadAt, which
-// check after reading that the name still names the file they read
-// (sequence counters), and owner records, whose reader checks the same
+// hold it after it left the name, while it is rewritten as another file,
+// and a name can even get its file back after the file held another
+// name's bytes (a counter's spare reused for the next counter), so
+// neither the link count nor a look at the name after reading tells. So
+// only files whose readers cannot take a reused file's bytes for the old
+// name's are kept (the Keeping calls are the only way in): files no reader
+// opens (pending markers); files read through ReadPrivateAt (sequence
+// counters), which holds what it reads (holdAt: a shared open-file-
+// description lock that a writer reusing a spare must get exclusively,
+// else the spare is dropped, and then a check that the name still holds
+// the file); and owner records, whose names never come back, and whose
+// reader checks after reading that the name still holds the file
 // (launch). Every other replace and removal unlinks, as before.
 //
 // Every directory without a keeper, and every process that keeps none

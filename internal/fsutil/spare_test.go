@@ -218,3 +218,59 @@ func TestReadAtUnderSpareReuse(t *testing.T) {
 	close(stop)
 	t.Logf("%d reads beside %d replaces", reads, <-writes)
 }
+
+// [HOME-4] A reader of a name never takes the bytes of another name's file
+// for it, even when the name gets its file back: with spares kept in a
+// directory, a file removed from "reg" stays linked under a temporary name,
+// the next write, of "seq", reuses it, and a later "reg" may reuse it
+// again, so a look at the name after reading would find the same file.
+// ReadPrivateAt that opened "reg" before the removal must answer "reg" as
+// it was or "not there", never "seq"'s bytes.
+func TestSpareNeverReadAsAnotherName(t *testing.T) {
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	defer KeepSpares(dir, nil)()
+	reg := []byte(`{"registration":"the whole of it, longer than a counter"}` + "\n")
+	stop := make(chan struct{})
+	wrote := make(chan int)
+	go func() {
+		n := 0
+		defer func() { wrote <- n }()
+		for ; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := CreateAt(d, "reg", reg); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := RemoveKeepingAt(d, "reg"); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := ReplaceKeepingAt(d, "seq", []byte("12\n")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	bad := 0
+	deadline := time.Now().Add(3 * time.Second)
+	reads := 0
+	for ; time.Now().Before(deadline) && bad == 0; reads++ {
+		data, err := ReadPrivateAt(d, "reg", 1<<10)
+		if err != nil && !os.IsNotExist(err) {
+			t.Errorf("read reg: %v", err)
+			bad++
+		}
+		if err == nil && !slices.Equal(data, reg) {
+			t.Errorf("read reg: %q, another file's bytes", data)
+			bad++
+		}
+	}
+	close(stop)
+	n := <-wrote
+	t.Logf("%d reads against %d rounds", reads, n)
+}

@@ -65,6 +65,7 @@ package homeimport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -310,6 +311,8 @@ func fileCheck(path string) (*unix.Stat_t, error) {
 		return nil, errcode.New(errcode.PathUnsafe, "%s is not a regular file; move it aside, then run fm home import again", path)
 	case int(st.Uid) != os.Geteuid():
 		return nil, errcode.New(errcode.OwnerMismatch, "%s is owned by uid %d, not by you (uid %d): chown it, or run the import as its owner", path, st.Uid, os.Geteuid())
+	case st.Nlink == 0: // removed as it was looked at
+		return nil, &os.PathError{Op: "stat", Path: path, Err: fs.ErrNotExist}
 	case st.Nlink != 1:
 		return nil, errcode.New(errcode.LinkUnsafe, "%s has %d hard links; fm needs exactly one: remove the other names, then run fm home import again", path, st.Nlink)
 	}
@@ -348,6 +351,12 @@ func (p *plan) private(path string, dir bool) (*unix.Stat_t, error) {
 	}
 	return st, nil
 }
+
+// gone reports an entry that was listed but is no longer there: a fm
+// home's running serve removes pending markers and retires registrations
+// while a scan (fm doctor's) reads the directory, and what is gone is
+// nothing to import. An import itself runs with no writer left.
+func gone(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 func exists(path string) bool {
 	_, err := os.Lstat(path)
@@ -605,6 +614,9 @@ func (p *plan) scanInbox() error {
 		}
 		path := filepath.Join(inbox, n)
 		st, err := p.private(path, false)
+		if gone(err) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -769,16 +781,20 @@ func (p *plan) scanRegistry() error {
 		id, ok := strings.CutSuffix(n, ".source")
 		if !ok {
 			if strings.HasSuffix(n, ".seq") || strings.HasSuffix(n, ".claim") || strings.HasSuffix(n, ".stop") || n == "serve.lock" {
-				if _, err := p.private(path, false); err != nil {
+				if _, err := p.private(path, false); err != nil && !gone(err) {
 					return err
 				}
 			}
 			continue
 		}
-		if _, err := p.private(path, false); err != nil {
-			return err
+		_, err := p.private(path, false)
+		var data []byte
+		if err == nil {
+			data, err = readSmall(path)
 		}
-		data, err := readSmall(path)
+		if gone(err) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
