@@ -167,8 +167,7 @@ func (s *Spares) room() bool {
 // keep keeps the file name of dir as a spare when the pool has room and
 // the file is small, and unlinks it otherwise.
 func (s *Spares) keep(dir *os.File, name string) {
-	var st unix.Stat_t
-	if s != nil && unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Size <= spareSize {
+	if s.fits(dir, name) {
 		s.mu.Lock()
 		kept := len(s.names) < spareMax
 		if kept {
@@ -208,21 +207,31 @@ func NewSpareAt(dir *os.File, o NewOptions) (*Pending, error) {
 // raw errno.
 func RetireAt(dir *os.File, name string) (bool, error) {
 	s := sparesOf(dir)
-	removed, err := false, error(nil)
-	if fresh, ferr := s.freshName(); ferr == nil && fresh != "" {
-		switch err = RenameNoReplace(int(dir.Fd()), name, int(dir.Fd()), fresh); err {
-		case nil:
-			s.keep(dir, fresh)
-			removed = true
-		case unix.ENOENT:
-			err = nil
-		default:
-			removed, err = UnlinkAt(dir, name)
-		}
-	} else {
-		removed, err = UnlinkAt(dir, name)
+	if !s.fits(dir, name) {
+		return UnlinkAt(dir, name)
 	}
-	return removed, err
+	fresh, err := s.freshName()
+	if err != nil || fresh == "" {
+		return UnlinkAt(dir, name)
+	}
+	switch err := RenameNoReplace(int(dir.Fd()), name, int(dir.Fd()), fresh); err {
+	case nil:
+		s.keep(dir, fresh)
+		return true, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return UnlinkAt(dir, name)
+	}
+}
+
+// fits reports whether the entry name of dir is one a spare may be made
+// of: a regular file of at most spareSize bytes (anything else there, a
+// planted directory say, is removed, or refused, as without spares).
+func (s *Spares) fits(dir *os.File, name string) bool {
+	var st unix.Stat_t
+	return s != nil && unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= spareSize
 }
 
 // freshName is a name for a file released into the pool, or "" when the

@@ -274,3 +274,28 @@ func TestSpareNeverReadAsAnotherName(t *testing.T) {
 	n := <-wrote
 	t.Logf("%d reads against %d rounds", reads, n)
 }
+
+// [HOME-4] A removal that would keep a spare removes only what a plain
+// removal would: a directory at the name is refused as before (not moved
+// aside under a temporary name), and a symbolic link is unlinked, not kept.
+func TestRetireKeepsOnlyFiles(t *testing.T) {
+	t.Parallel()
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	defer KeepSpares(dir, nil)()
+	if err := os.Mkdir(filepath.Join(dir, "planted"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveKeepingAt(d, "planted"); err == nil {
+		t.Fatal("a directory at the name was removed")
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveKeepingAt(d, "link"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, dir); !slices.Equal(got, []string{"planted"}) {
+		t.Fatalf("left %q, want only the planted directory", got)
+	}
+}
