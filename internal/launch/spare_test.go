@@ -130,64 +130,6 @@ func TestReaderOfReusedRecordFile(t *testing.T) {
 	}
 }
 
-// [GRP-1] [HOME-4] A spare is reused only if it is still a plain 0600 file
-// of this user with one link: a symbolic link, a hard link or a file of
-// another mode planted at a spare's name is unlinked (never written
-// through), and the record is written to a new file.
-func TestUnfitSpareNotReused(t *testing.T) {
-	t.Parallel()
-	for _, plant := range []string{"symlink", "hardlink", "mode"} {
-		t.Run(plant, func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t)
-			defer KeepSpares(f.records)()
-			self, _ := selfIdentity()
-			rec := fabricate(t, f.records, Record{Phase: PhaseReserved, Host: self, SourceID: "s"})
-			d, err := openRecordDir(f.records, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.close()
-			if _, err := d.release(filepath.Base(rec)); err != nil {
-				t.Fatal(err)
-			}
-			var spare string
-			for name := range inodes(t, f.records) {
-				spare = filepath.Join(f.records, name)
-			}
-			victim := filepath.Join(t.TempDir(), "victim")
-			if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			os.Remove(spare)
-			switch plant {
-			case "symlink":
-				err = os.Symlink(victim, spare)
-			case "hardlink":
-				err = os.Link(victim, spare)
-			case "mode":
-				err = os.WriteFile(spare, []byte("x"), 0o644)
-				if err == nil {
-					err = os.Chmod(spare, 0o644)
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := fabricate(t, f.records, Record{Phase: PhaseReserved, Host: self, SourceID: "t"})
-			if b, _ := os.ReadFile(victim); string(b) != "keep" {
-				t.Fatalf("the planted %s was written through: %q", plant, b)
-			}
-			if _, err := os.Lstat(spare); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("the planted %s is still at the spare's name: %v", plant, err)
-			}
-			if recs, err := ListSource(f.records, "t"); err != nil || len(recs) != 1 || recs[0].Path != path {
-				t.Fatalf("ListSource(t) = %v, %v", recs, err)
-			}
-		})
-	}
-}
-
 // [GRP-1] [RUN-3] Readers under churn with spares kept: while writers keep
 // publishing records of sources of different lengths, rewriting them in
 // phase group and releasing them into spares that the next write reuses,

@@ -96,15 +96,7 @@ func queued(t *testing.T, dir string) (map[string]wake.Wake, []wake.Wake) {
 // of them, and the next append, after any torn tail, continues past every
 // queue-seq the queue and the mark hold.
 func TestAppendKilledMidBatchLosesNoReturnedWake(t *testing.T) {
-	dir, err := os.MkdirTemp(t.TempDir(), "state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer state.Close()
+	dir, state := wake.StateDir(t)
 	returned, torn := 0, 0
 	for kill := range 12 {
 		cmd, lines := startAppender(t, dir, 32, 0, fmt.Sprintf("kill%d", kill))
@@ -157,15 +149,7 @@ func TestAppendKilledMidBatchLosesNoReturnedWake(t *testing.T) {
 // and consecutive, every line is the wake its append returned, and the mark
 // is the last.
 func TestAppendBatchesInterleaveWithOtherProcess(t *testing.T) {
-	dir, err := os.MkdirTemp(t.TempDir(), "state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer state.Close()
+	dir, state := wake.StateDir(t)
 	const workers, each = 16, 15
 	cmd, lines := startAppender(t, dir, 4, 60, "child")
 	var mu sync.Mutex

@@ -1,0 +1,4 @@
+package wake
+
+// StateDir is stateDir for the external tests (package wake_test).
+var StateDir = stateDir
