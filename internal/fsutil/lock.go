@@ -800,7 +800,10 @@ func readFlocksNow() flocks {
 	out := make([]flockEntry, 0, bytes.Count(data, []byte{'\n'}))
 	var fl [][]byte
 	for line := range bytes.Lines(data) {
-		fl = appendFields(fl[:0], line)
+		fl = fl[:0]
+		for f := range bytes.FieldsSeq(line) {
+			fl = append(fl, f)
+		}
 		if len(fl) < 6 || string(fl[1]) != "FLOCK" {
 			continue
 		}
@@ -815,25 +818,6 @@ func readFlocksNow() flocks {
 		out = append(out, flockEntry{pid: str(fl[4]), dev: str(fl[5][:i]), ino: ino, write: string(fl[3]) == "WRITE"})
 	}
 	return flocks{out, true}
-}
-
-// appendFields appends the fields of line, as bytes.Fields splits them at
-// ASCII white space, to f: one slice reused for every line of /proc/locks.
-func appendFields(f [][]byte, line []byte) [][]byte {
-	start := -1
-	for i, c := range line {
-		if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' {
-			if start >= 0 {
-				f, start = append(f, line[start:i]), -1
-			}
-		} else if start < 0 {
-			start = i
-		}
-	}
-	if start >= 0 {
-		f = append(f, line[start:])
-	}
-	return f
 }
 
 // flocksBufs holds readFlocks' read buffers, each with room for a 64 KiB

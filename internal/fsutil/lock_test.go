@@ -2,7 +2,6 @@ package fsutil
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -792,32 +791,6 @@ func TestLockHoldsWhenFileMoved(t *testing.T) {
 				}
 				l.Release()
 			})
-		}
-	}
-}
-
-// [RUN-4] appendFields, readFlocks' splitter of /proc/locks lines, splits
-// as bytes.Fields does, also with runs, tabs and leading or trailing space,
-// and reuses its slice from one line to the next.
-func TestAppendFields(t *testing.T) {
-	var f [][]byte
-	for _, line := range []string{
-		"1: FLOCK  ADVISORY  WRITE 4242 00:1f:123456 0 EOF\n",
-		"2: -> FLOCK  ADVISORY  WRITE 77 fd:00:9 0 EOF\n",
-		"  lead\tand\v\fodd \r space  ",
-		"",
-		"   \n",
-		"one",
-	} {
-		f = appendFields(f[:0], []byte(line))
-		want := bytes.Fields([]byte(line))
-		if len(f) != len(want) {
-			t.Fatalf("appendFields(%q) = %q, want %q", line, f, want)
-		}
-		for i := range f {
-			if !bytes.Equal(f[i], want[i]) {
-				t.Fatalf("appendFields(%q) = %q, want %q", line, f, want)
-			}
 		}
 	}
 }
