@@ -62,8 +62,8 @@ const spareMax = 128
 // result, say) are unlinked, so spares never hold much disk.
 const spareSize = 64 << 10
 
-// Spares is the pool of spare files of one directory in this process.
-type Spares struct {
+// sparePool is the pool of spare files of one directory in this process.
+type sparePool struct {
 	mu    sync.Mutex
 	users int
 	names []string
@@ -76,7 +76,7 @@ type Spares struct {
 // directory swapped at that path costs a fallback, not a mistake.
 var pools struct {
 	mu sync.Mutex
-	m  map[string]*Spares
+	m  map[string]*sparePool
 }
 
 // KeepSpares makes this process keep spares in the directory at path
@@ -88,14 +88,14 @@ var pools struct {
 func KeepSpares(path string, fresh func() (string, error)) (done func()) {
 	pools.mu.Lock()
 	if pools.m == nil {
-		pools.m = map[string]*Spares{}
+		pools.m = map[string]*sparePool{}
 	}
 	s := pools.m[path]
 	if s == nil {
 		if fresh == nil {
 			fresh = func() (string, error) { return TempName(), nil }
 		}
-		s = &Spares{fresh: fresh}
+		s = &sparePool{fresh: fresh}
 		pools.m[path] = s
 	}
 	s.users++
@@ -104,7 +104,7 @@ func KeepSpares(path string, fresh func() (string, error)) (done func()) {
 }
 
 // dropSpares ends one keeper of path; the last one unlinks the spares.
-func dropSpares(path string, s *Spares) {
+func dropSpares(path string, s *sparePool) {
 	pools.mu.Lock()
 	s.users--
 	last := s.users == 0
@@ -133,14 +133,14 @@ func dropSpares(path string, s *Spares) {
 }
 
 // sparesOf returns the pool of dir, or nil when no one keeps spares there.
-func sparesOf(dir *os.File) *Spares {
+func sparesOf(dir *os.File) *sparePool {
 	pools.mu.Lock()
 	defer pools.mu.Unlock()
 	return pools.m[dir.Name()]
 }
 
 // take returns a spare to write, or "" when there is none.
-func (s *Spares) take() string {
+func (s *sparePool) take() string {
 	if s == nil {
 		return ""
 	}
@@ -155,7 +155,7 @@ func (s *Spares) take() string {
 }
 
 // room reports whether the pool would keep one more spare.
-func (s *Spares) room() bool {
+func (s *sparePool) room() bool {
 	if s == nil {
 		return false
 	}
@@ -166,7 +166,7 @@ func (s *Spares) room() bool {
 
 // keep keeps the file name of dir as a spare when the pool has room and
 // the file is small, and unlinks it otherwise.
-func (s *Spares) keep(dir *os.File, name string) {
+func (s *sparePool) keep(dir *os.File, name string) {
 	if s.fits(dir, name) {
 		s.mu.Lock()
 		kept := len(s.names) < spareMax
@@ -228,7 +228,7 @@ func RetireAt(dir *os.File, name string) (bool, error) {
 // fits reports whether the entry name of dir is one a spare may be made
 // of: a regular file of at most spareSize bytes (anything else there, a
 // planted directory say, is removed, or refused, as without spares).
-func (s *Spares) fits(dir *os.File, name string) bool {
+func (s *sparePool) fits(dir *os.File, name string) bool {
 	var st unix.Stat_t
 	return s != nil && unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
 		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= spareSize
@@ -236,7 +236,7 @@ func (s *Spares) fits(dir *os.File, name string) bool {
 
 // freshName is a name for a file released into the pool, or "" when the
 // pool would not keep it.
-func (s *Spares) freshName() (string, error) {
+func (s *sparePool) freshName() (string, error) {
 	if !s.room() {
 		return "", nil
 	}
