@@ -281,6 +281,21 @@ func (f *fixture) background(args ...string) (*exec.Cmd, *testpkg.SyncBuffer, *t
 	return cmd, out, errs
 }
 
+// stopsOnTerm sends SIGTERM to cmd, a command waiting for a lock, and
+// fails unless it exits within 2 s with status 1 and a process-failed error
+// on stderr (errs).
+func stopsOnTerm(t *testing.T, cmd *exec.Cmd, errs *testpkg.SyncBuffer) {
+	t.Helper()
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, cmd, 5*time.Second); code != 1 || !strings.HasPrefix(errs.String(), "error[process-failed]: ") {
+		t.Fatalf("after SIGTERM: exit %d %q", code, errs)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("%v took %s to stop", cmd.Args[1:], d)
+	}
+}
+
 // waitExit waits up to d for cmd to exit and returns its exit status.
 func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
 	t.Helper()

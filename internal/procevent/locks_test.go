@@ -114,14 +114,7 @@ func TestRetireClaimWaitStopsOnTERM(t *testing.T) {
 	if cmd.ProcessState != nil {
 		t.Fatalf("retire did not wait: %q", errs)
 	}
-	start := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
-	if code := waitExit(t, cmd, 5*time.Second); code != 1 || !strings.HasPrefix(errs.String(), "error[process-failed]: ") {
-		t.Fatalf("after SIGTERM: exit %d %q", code, errs)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("retire took %s to stop", d)
-	}
+	stopsOnTerm(t, cmd, errs)
 	if out := f.ok("procevent", "list"); !strings.Contains(out, "w1") {
 		t.Fatalf("the source was retired: %q", out)
 	}

@@ -3,8 +3,6 @@ package procevent_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -30,14 +28,7 @@ func TestLifecycleWaitStopsOnTERM(t *testing.T) {
 	hold(t, filepath.Join(f.h.Extensions(), "lifecycle.lock"))
 	cmd, _, errs := f.background("procevent", "register-extension", "sig", "s1", "--config-ref", "x")
 	time.Sleep(500 * time.Millisecond) // it is waiting for the lock now
-	start := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
-	if code := waitExit(t, cmd, 5*time.Second); code != 1 || !strings.HasPrefix(errs.String(), "error[process-failed]: ") {
-		t.Fatalf("after SIGTERM: exit %d %q", code, errs)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("register-extension took %s to stop", d)
-	}
+	stopsOnTerm(t, cmd, errs)
 	if out := f.ok("procevent", "list"); out != "no process-event sources\n" {
 		t.Fatalf("list printed %q", out)
 	}
