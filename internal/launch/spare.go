@@ -15,7 +15,7 @@ import (
 // journal made each create search past the inodes freed in the last ~30 s
 // (fsutil's "Spare files" has the whole story). With spares kept in a
 // records directory (KeepSpares), the reserved record's file, swapped out
-// by the rewrite in phase group (fsutil.Pending.Exchange), and a finished
+// by the rewrite in phase group (fsutil.Pending.ExchangeKeeping), and a finished
 // invocation's record (release) are kept as spares under temporary names
 // of this process, in the directory's own form (tempName), and the next
 // record write reuses one (newFile): listings ignore them, and Cleanup

@@ -137,9 +137,6 @@ func (d *dirs) retire(ctx context.Context, id string, decide func(string, *Regis
 		return err
 	}
 	recs, err := cleanupSource(d.h, id)
-	if err == nil && len(recs) > 0 {
-		recs, err = launch.ListSource(d.h.Invocations(), id) // refuse on a fresh listing
-	}
 	if err != nil {
 		return err
 	}

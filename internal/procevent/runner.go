@@ -303,24 +303,24 @@ func (d *dirs) retireGeneration(r *Registration) error {
 // cleanupSource resolves the owner records that dead hosts left for
 // invocations of source id (live invocations are not touched);
 // process-cleanup-failed while any stays unproven. It returns the records
-// of the source that are left, from the same listing (launch.CleanupSource):
-// the caller holds the source's claim, so no invocation of it starts
-// meanwhile.
+// of the source that are left, for the caller to refuse on: from the
+// cleanup's own listing (launch.CleanupSource) when none is left (the
+// caller holds the source's claim, so no invocation of it starts
+// meanwhile), else from a fresh one, so that a record that ended since the
+// cleanup's listing (a live invocation's) refuses nothing.
 func cleanupSource(h *home.Home, id string) ([]launch.Record, error) {
 	_, left, err := launch.CleanupSource(h.Invocations(), id, func(r launch.Record) bool { return !r.HostLive })
+	if err == nil && len(left) > 0 {
+		left, err = launch.ListSource(h.Invocations(), id)
+	}
 	return left, err
 }
 
 // settleSource is cleanupSource, then noPollOf what it left: what must hold
-// before a poll, a generation or a registration of source id starts. A
-// refusal is decided on a fresh listing, so a record that ended since the
-// cleanup's (a live invocation's) does not refuse.
+// before a poll, a generation or a registration of source id starts.
 func settleSource(h *home.Home, id string) error {
 	left, err := cleanupSource(h, id)
-	if err != nil || noPollOf(id, left) == nil {
-		return err
-	}
-	if left, err = launch.ListSource(h.Invocations(), id); err != nil {
+	if err != nil {
 		return err
 	}
 	return noPollOf(id, left)
