@@ -181,10 +181,9 @@ func exhausted(id, why string) error {
 // came between a capture and the counter update. So a captured sequence
 // never repeats for a source id in a home, across handling, retirement and
 // re-registration; a sequence whose capture failed before its .result was
-// published was never captured, and is used again [RID-1]. names is the
-// inbox as inboxNames listed it under id's claim (or, for a report, once
-// for every source): one directory read serves a whole pass, however many
-// results the inbox holds.
+// published was never captured, and is used again [RID-1]. names holds at
+// least id's inbox names, read under id's claim (sourceNames), or for a
+// report the whole inbox, listed once for every source.
 func (d *dirs) nextSeq(id string, names []string) (int64, error) {
 	last, err := d.counter(id)
 	if err != nil {
@@ -285,8 +284,8 @@ func (d *dirs) capture(r *Registration, seq int64, content []byte, evidence bool
 // clearPending removes the pending markers of source id. The caller holds the
 // claim, so every marker of id is stale: its runner died (or failed) before
 // it decided the announcement, and the result falls under the re-announce
-// rule (announce.go). names is the inbox as inboxNames listed it under the
-// claim.
+// rule (announce.go). names holds at least id's inbox names, read under the
+// claim (sourceNames, or a listing).
 func (d *dirs) clearPending(id string, names []string) error {
 	for _, n := range names {
 		if sid, _, suffix, ok := parseName(n); ok && sid == id && suffix == pendingSuffix {

@@ -157,7 +157,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	}
 	// Pending markers found under the claim were left by runners that died
 	// deciding an announcement: the results fall under the re-announce rule.
-	names, err := d.inboxNames()
+	names, err := d.sourceNames(id)
 	if err != nil {
 		return nil, err
 	}

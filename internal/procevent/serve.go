@@ -146,6 +146,9 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 	defer launch.KeepSpares(h.Invocations())()
 	defer fsutil.KeepSpares(h.Registrations(), nil)()
 	defer fsutil.KeepSpares(h.Inbox(), nil)()
+	// Each pass takes its source's inbox names from an index kept by
+	// inotify rather than a listing of the whole inbox (inboxindex.go).
+	defer indexInbox()()
 	gcCtx, stopGC := context.WithCancel(ctx)
 	defer stopGC()
 	go tuneGCUntil(gcCtx)

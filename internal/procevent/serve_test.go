@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,4 +245,64 @@ func TestServeReapsEscapedProcesses(t *testing.T) {
 	if code := waitExit(t, serve, 15*time.Second); code != 0 {
 		t.Fatalf("serve exited %d\n%s", code, log)
 	}
+}
+
+// [CAP-1] [CAP-4] serve's passes take their source's inbox names from its
+// index (inboxindex.go), and still see what another process puts in the
+// inbox while serve runs: a handled marker past the counter moves the next
+// sequence past it, a stale pending marker is cleared, and a name past the
+// last sequence stops the source with sequence-exhausted.
+func TestServeSeesInboxChanges(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.mode("poll", "result")
+	seqs := func() []int {
+		var out []int
+		for _, n := range f.inbox() {
+			if s, ok := strings.CutSuffix(strings.TrimPrefix(n, "s1."), ".result"); ok {
+				if seq, err := strconv.Atoi(s); err == nil {
+					out = append(out, seq)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	last := func() int {
+		if s := seqs(); len(s) > 0 {
+			return s[len(s)-1]
+		}
+		return 0
+	}
+	serve, log := f.serve()
+	waitFor(t, 20*time.Second, "two captures", func() bool { return len(seqs()) >= 2 })
+
+	skip := last() + 50
+	// The marker first: a pass that sees the handled marker sees it too.
+	stale := filepath.Join(f.h.Inbox(), fmt.Sprintf("s1.%d.pending", skip-10))
+	f.write(stale, "", 0o600)
+	f.write(filepath.Join(f.h.Inbox(), fmt.Sprintf("s1.%d.handled", skip)), "", 0o600)
+	waitFor(t, 20*time.Second, "a capture past the handled marker", func() bool { return last() > skip })
+	for _, seq := range seqs() {
+		if seq > skip-50 && seq <= skip {
+			t.Fatalf("sequence %d was captured after a handled marker of %d was in the inbox: %v", seq, skip, seqs())
+		}
+	}
+	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the stale pending marker is still there: %v", err)
+	}
+
+	f.write(filepath.Join(f.h.Inbox(), "s1.9223372036854775808.result"), "x", 0o600)
+	waitFor(t, 20*time.Second, "the source refused", func() bool {
+		return strings.Contains(log.String(), "failed: s1 (sequence-exhausted)")
+	})
+	polls := len(f.log("poll"))
+	time.Sleep(time.Second)
+	if n := len(f.log("poll")); n != polls {
+		t.Fatalf("%d poll(s) after the source's sequence was exhausted", n-polls)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
 }

@@ -1,0 +1,228 @@
+package procevent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// indexFixture is an inbox directory pinned as a pass pins it, with the
+// index of this process on.
+type indexFixture struct {
+	t   *testing.T
+	dir string
+	d   *dirs
+}
+
+func newIndexFixture(t *testing.T) *indexFixture {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "inbox")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	t.Cleanup(indexInbox())
+	return &indexFixture{t: t, dir: dir, d: &dirs{inbox: f}}
+}
+
+// check fails unless the index answers, for every source in ids, what a
+// listing of the directory does, and is still in use.
+func (x *indexFixture) check(ids ...string) {
+	x.t.Helper()
+	ents, err := os.ReadDir(x.dir)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	for _, id := range ids {
+		var want []string
+		for _, e := range ents {
+			if sid, _, _, ok := splitName(e.Name()); ok && sid == id {
+				want = append(want, e.Name())
+			}
+		}
+		got, err := x.d.sourceNames(id)
+		if err != nil {
+			x.t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			x.t.Fatalf("source %s: the index answers %q, a listing %q", id, got, want)
+		}
+	}
+	if idx := x.d.index(); idx == nil || idx.fd < 0 {
+		x.t.Fatal("the index is no longer in use")
+	}
+}
+
+func (x *indexFixture) path(n string) string { return filepath.Join(x.dir, n) }
+
+func (x *indexFixture) create(n string) {
+	x.t.Helper()
+	if err := os.WriteFile(x.path(n), nil, 0o600); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// [CAP-1] [CAP-4] serve's inbox index answers, after any sequence of
+// changes made to the directory by any means (create, unlink, rename within,
+// into and out of it, rename over a name, exchange, hard link, mkdir and
+// rmdir), exactly the names of each source that a listing gives, so a pass
+// decides its sequence and its stale markers as a one-shot start does.
+func TestInboxIndexMatchesListing(t *testing.T) {
+	x := newIndexFixture(t)
+	outside := t.TempDir()
+	ids := []string{"s1", "s2", "web-feed"}
+	var names []string
+	for _, id := range ids {
+		for seq := 1; seq <= 4; seq++ {
+			for _, suffix := range []string{resultSuffix, metaSuffix, handledSuffix, pendingSuffix} {
+				names = append(names, name(id, int64(seq), suffix))
+			}
+		}
+	}
+	names = append(names, ".tmp-1-2-abc", "notes.txt", "s1.9223372036854775808.result", "s1.01.result")
+	for _, n := range names[:20] {
+		x.create(n)
+	}
+	x.check(ids...)
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func() string { return names[rng.IntN(len(names))] }
+	for round := range 400 {
+		for range 1 + rng.IntN(6) {
+			a, b := pick(), pick()
+			switch rng.IntN(8) {
+			case 0:
+				os.WriteFile(x.path(a), []byte("x"), 0o600)
+			case 1:
+				os.Remove(x.path(a))
+			case 2:
+				os.Rename(x.path(a), x.path(b))
+			case 3:
+				os.Rename(x.path(a), filepath.Join(outside, a))
+			case 4:
+				os.Rename(filepath.Join(outside, a), x.path(a))
+			case 5:
+				unix.Renameat2(unix.AT_FDCWD, x.path(a), unix.AT_FDCWD, x.path(b), unix.RENAME_EXCHANGE)
+			case 6:
+				os.Link(x.path(a), x.path(b))
+			case 7:
+				if os.Mkdir(x.path(a), 0o700) != nil {
+					os.Remove(x.path(a))
+				}
+			}
+		}
+		if round%3 == 0 {
+			x.check(ids...)
+		}
+	}
+	x.check(ids...)
+}
+
+// An exchange of two names reports both as moved away and moved in; the
+// index must not take the one last reported moved away for gone.
+func TestInboxIndexExchange(t *testing.T) {
+	x := newIndexFixture(t)
+	a, b := name("s1", 1, resultSuffix), name("s1", 2, resultSuffix)
+	x.create(a)
+	x.create(b)
+	x.check("s1")
+	if err := unix.Renameat2(unix.AT_FDCWD, x.path(a), unix.AT_FDCWD, x.path(b), unix.RENAME_EXCHANGE); err != nil {
+		t.Skipf("no RENAME_EXCHANGE here: %v", err)
+	}
+	x.check("s1")
+}
+
+// Events the kernel could not queue are not lost to the index: it lists
+// again.
+func TestInboxIndexOverflow(t *testing.T) {
+	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || limit > 1<<18 {
+		t.Skipf("max_queued_events is %q", data)
+	}
+	x := newIndexFixture(t)
+	a, b := x.path(name("s1", 1, resultSuffix)), x.path(name("s1", 2, resultSuffix))
+	x.create(filepath.Base(a))
+	x.check("s1")
+	for range limit/2 + 1 { // two events per rename: the queue overflows
+		if err := os.Rename(a, b); err != nil {
+			t.Fatal(err)
+		}
+		a, b = b, a
+	}
+	x.create(name("s1", 3, pendingSuffix)) // reported only past the overflow
+	x.check("s1")
+}
+
+// A pass whose inbox is another directory (the inbox was replaced) gets
+// that directory's names; an inbox with more names than indexMax is listed.
+func TestInboxIndexFollowsTheDirectory(t *testing.T) {
+	x := newIndexFixture(t)
+	x.create(name("s1", 1, resultSuffix))
+	x.check("s1")
+	first := x.d.index()
+
+	dir2 := filepath.Join(t.TempDir(), "inbox")
+	os.Mkdir(dir2, 0o700)
+	os.WriteFile(filepath.Join(dir2, name("s1", 7, resultSuffix)), nil, 0o600)
+	f2, err := os.Open(dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	y := &indexFixture{t: t, dir: dir2, d: &dirs{inbox: f2}}
+	y.check("s1")
+	if y.d.index() == first {
+		t.Fatal("the other directory got the first one's index")
+	}
+
+	old := indexMax
+	indexMax = 8
+	defer func() { indexMax = old }()
+	for seq := range 9 {
+		y.create(name("s2", int64(seq+1), metaSuffix))
+	}
+	got, err := y.d.sourceNames("s2")
+	if err != nil || len(got) != 9 {
+		t.Fatalf("past indexMax: %q %v", got, err)
+	}
+	if y.d.index() != nil {
+		t.Fatal("an inbox past indexMax is still indexed")
+	}
+}
+
+// Without serve's index, a pass lists: sourceNames is the listing filtered
+// to the source.
+func TestSourceNamesWithoutIndex(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{name("a", 1, resultSuffix), name("b", 1, resultSuffix), "junk"} {
+		os.WriteFile(filepath.Join(dir, n), nil, 0o600)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := &dirs{inbox: f}
+	if d.index() != nil {
+		t.Fatal("an index without indexInbox")
+	}
+	got, err := d.sourceNames("a")
+	if err != nil || fmt.Sprint(got) != "["+name("a", 1, resultSuffix)+"]" {
+		t.Fatalf("got %q %v", got, err)
+	}
+}
