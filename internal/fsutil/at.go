@@ -217,10 +217,10 @@ func (p *Pending) syncDirs() error {
 	if !p.sync {
 		return nil
 	}
-	if err := unix.Fsync(int(p.to.Fd())); err != nil || p.to == p.dir {
+	if err := fsyncDir(int(p.to.Fd())); err != nil || p.to == p.dir {
 		return err
 	}
-	return unix.Fsync(int(p.dir.Fd()))
+	return fsyncDir(int(p.dir.Fd()))
 }
 
 // SetModTime sets the file's access and modification times to t.
@@ -414,7 +414,7 @@ func ExistsAt(dir *os.File, name string) bool {
 
 // SyncAt fsyncs the pinned directory dir so the names in it are durable.
 func SyncAt(dir *os.File) error {
-	if err := unix.Fsync(int(dir.Fd())); err != nil {
+	if err := fsyncDir(int(dir.Fd())); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "sync directory %q", dir.Name())
 	}
 	return nil

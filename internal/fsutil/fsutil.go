@@ -250,7 +250,7 @@ func SyncDir(dir string) error {
 		return errcode.Wrap(errcode.Internal, err, "open directory %q", dir)
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
+	if err := fsyncDir(int(f.Fd())); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "sync directory %q", dir)
 	}
 	return nil
@@ -332,7 +332,7 @@ func syncDir(dir string) error {
 		return err
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
+	if err := fsyncDir(int(f.Fd())); err != nil {
 		return &os.PathError{Op: "fsync", Path: dir, Err: err}
 	}
 	return nil

@@ -357,7 +357,7 @@ func openLock(dir *os.File, name, path string, t []byte, o LockOptions) (*os.Fil
 				_, err = unix.Write(fd, t)
 			}
 			if err == nil {
-				err = unix.Fsync(int(dir.Fd()))
+				err = fsyncDir(int(dir.Fd()))
 			}
 			if err != nil {
 				unix.Close(fd)

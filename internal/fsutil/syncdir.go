@@ -1,0 +1,71 @@
+package fsutil
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/freshlook"
+)
+
+// Shared directory syncs.
+//
+// fsync(2) of a directory makes durable every change of its entries made
+// before the call began, whichever descriptor of the directory it is called
+// on. So concurrent writers of one directory (serve's passes, each
+// publishing into the one inbox, the registry and the records directory)
+// need not each sync it: a sync that began after a writer's change covers
+// that change. fsyncDir shares syncs among the callers for one directory
+// (by device and inode) by the freshlook rule: each caller gets the result
+// of a sync that began after it asked, never an older one, so each returns
+// only when its own change is as durable as a sync of its own would have
+// made it. An error of the shared sync is every sharer's.
+//
+// The key is exact: every caller holds a descriptor of its directory, which
+// keeps the inode from being freed and reused while its entry exists.
+var dirSyncs struct {
+	mu sync.Mutex
+	m  map[[2]uint64]*dirSync
+}
+
+type dirSync struct {
+	refs int // callers in fsyncDir; under dirSyncs.mu
+	look freshlook.Look[error]
+}
+
+// dirSynced, when set (by tests), is called with the descriptor of every
+// sync fsyncDir makes.
+var dirSynced func(fd int)
+
+// fsyncDir fsyncs the directory open as fd, or waits for a sync of it that
+// began after this call did.
+func fsyncDir(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	key := [2]uint64{st.Dev, st.Ino}
+	dirSyncs.mu.Lock()
+	if dirSyncs.m == nil {
+		dirSyncs.m = map[[2]uint64]*dirSync{}
+	}
+	s := dirSyncs.m[key]
+	if s == nil {
+		s = &dirSync{}
+		dirSyncs.m[key] = s
+	}
+	s.refs++
+	dirSyncs.mu.Unlock()
+	err := s.look.Get(func() error {
+		if dirSynced != nil {
+			dirSynced(fd)
+		}
+		return unix.Fsync(fd)
+	})
+	dirSyncs.mu.Lock()
+	if s.refs--; s.refs == 0 {
+		delete(dirSyncs.m, key)
+	}
+	dirSyncs.mu.Unlock()
+	return err
+}
