@@ -11,7 +11,7 @@ import (
 	"firstmate.dev/fm/internal/fsutil"
 )
 
-// The inbox index [CAP-1], [CAP-4].
+// The inbox index [CAP-1], [CAP-2].
 //
 // Every pass decides its sequence and clears its source's stale pending
 // markers from the names of the inbox that belong to its source (run). A

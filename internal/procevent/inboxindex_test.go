@@ -74,7 +74,7 @@ func (x *indexFixture) create(n string) {
 	}
 }
 
-// [CAP-1] [CAP-4] serve's inbox index answers, after any sequence of
+// [CAP-1] [CAP-2] serve's inbox index answers, after any sequence of
 // changes made to the directory by any means (create, unlink, rename within,
 // into and out of it, rename over a name, exchange, hard link, mkdir and
 // rmdir), exactly the names of each source that a listing gives, so a pass

@@ -247,7 +247,7 @@ func TestServeReapsEscapedProcesses(t *testing.T) {
 	}
 }
 
-// [CAP-1] [CAP-4] serve's passes take their source's inbox names from its
+// [CAP-1] [CAP-2] serve's passes take their source's inbox names from its
 // index (inboxindex.go), and still see what another process puts in the
 // inbox while serve runs: a handled marker past the counter moves the next
 // sequence past it, a stale pending marker is cleared, and a name past the
