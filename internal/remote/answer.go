@@ -3,7 +3,6 @@ package remote
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -47,7 +46,7 @@ func startsWith(argv, cmd []string) bool {
 	return len(argv) >= len(cmd) && slices.Equal(argv[:len(cmd)], cmd)
 }
 
-var errorLine = regexp.MustCompile(`^error\[([a-z][a-z-]*)\]: \S`)
+var errorLine = lazyRegexp(`^error\[([a-z][a-z-]*)\]: \S`)
 
 // CheckAnswer applies the rules above to res, the answer to the job argv
 // run through r.
@@ -63,7 +62,7 @@ func CheckAnswer(r *Route, argv []string, res *Result) error {
 	partial := len(res.Stdout) > 0 && !slices.ContainsFunc(streaming, func(c []string) bool { return startsWith(argv, c) })
 	stderr := string(res.Stderr)
 	first, rest, _ := strings.Cut(stderr, "\n")
-	m := errorLine.FindStringSubmatch(first)
+	m := errorLine().FindStringSubmatch(first)
 	var ok bool
 	switch {
 	case partial || m == nil || !strings.HasSuffix(stderr, "\n"):
