@@ -226,3 +226,60 @@ func TestSourceNamesWithoutIndex(t *testing.T) {
 		t.Fatalf("got %q %v", got, err)
 	}
 }
+
+// [CAP-1] [CAP-4] An overflow can swallow the IN_IGNORED that ends the
+// watch of a removed inbox, and a file system such as ext4 gives the next
+// directory the removed one's inode number at once: a new inbox made in its
+// place then has the index's key. The index must not keep answering from a
+// watch that ended: names put in the new inbox later are seen.
+func TestInboxIndexReplacedAfterOverflow(t *testing.T) {
+	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || limit > 1<<18 {
+		t.Skipf("max_queued_events is %q", data)
+	}
+	x := newIndexFixture(t)
+	x.create(name("s1", 1, resultSuffix))
+	x.check("s1")
+	var st unix.Stat_t
+	if err := unix.Fstat(int(x.d.inbox.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	a, b := x.path("junk-a"), x.path("junk-b")
+	x.create("junk-a")
+	for range limit/2 + 1 { // two events per rename: the queue overflows
+		if err := os.Rename(a, b); err != nil {
+			t.Fatal(err)
+		}
+		a, b = b, a
+	}
+	// The inbox is removed (its IN_IGNORED lost) and made again; no pass
+	// holds it meanwhile.
+	x.d.inbox.Close()
+	if err := os.RemoveAll(x.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(x.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(x.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st2 unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st2); err != nil {
+		t.Fatal(err)
+	}
+	if st2.Dev != st.Dev || st2.Ino != st.Ino {
+		t.Skip("the new directory got another inode number here")
+	}
+	x.d.inbox = f
+	x.check("s1")
+	x.create(name("s1", 2, pendingSuffix))
+	x.create("s1.9223372036854775808.result")
+	x.check("s1")
+}
