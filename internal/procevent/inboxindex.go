@@ -34,9 +34,15 @@ import (
 //     exchange of two names reports both as moved away and then in, in an
 //     order that leaves one of them last moved away), so such a name is
 //     kept as uncertain and looked up (fstatat) when a query returns it;
-//   - a lost event (the queue overflowed) makes the index list again, and a
-//     watch the kernel dropped (the directory was removed or its file
-//     system unmounted) ends the index: later passes list.
+//   - a lost event (the queue overflowed) makes the index add its watch
+//     again (to the directory the query's pass pinned) and list again, and
+//     a watch the kernel dropped (the directory was removed or its file
+//     system unmounted) ends the index: later passes list. The watch is
+//     added again because the lost events may include the IN_IGNORED of a
+//     removed inbox, and a directory made in its place can have its device
+//     and inode (ext4 hands a freed inode number out again at once), so the
+//     index's key: without a new watch, that directory's changes would
+//     never be reported.
 //
 // A query that races another process's change of a name is in the same
 // position as a listing that races it: the pass holds its source's claim,
@@ -161,14 +167,22 @@ func newInboxIndex(dir *os.File, key [2]uint64) (*inboxIndex, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The pinned handle names the exact directory, whatever its path is now.
-	path := "/proc/self/fd/" + strconv.Itoa(int(dir.Fd()))
-	mask := uint32(unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ONLYDIR)
-	if _, err := unix.InotifyAddWatch(fd, path, mask); err != nil {
+	x := &inboxIndex{key: key, fd: fd, relist: true, buf: make([]byte, 64<<10)}
+	if err := x.watch(dir); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
-	return &inboxIndex{key: key, fd: fd, relist: true, buf: make([]byte, 64<<10)}, nil
+	return x, nil
+}
+
+// watch adds the watch of dir, the directory the index is of (the same
+// directory again: the watch it has; else a new one).
+func (x *inboxIndex) watch(dir *os.File) error {
+	// The pinned handle names the exact directory, whatever its path is now.
+	path := "/proc/self/fd/" + strconv.Itoa(int(dir.Fd()))
+	mask := uint32(unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ONLYDIR)
+	_, err := unix.InotifyAddWatch(x.fd, path, mask)
+	return err
 }
 
 // close ends x (nil: nothing to end). It must be called without
@@ -200,7 +214,7 @@ func (x *inboxIndex) source(dir *os.File, id string) (names []string, ok bool, e
 	if x.fd < 0 {
 		return nil, false, nil
 	}
-	if !x.drain() || (x.relist && !x.list(dir)) || x.n > indexMax {
+	if !x.drain() || (x.relist && (x.watch(dir) != nil || !x.list(dir))) || x.n > indexMax {
 		x.stop()
 		return nil, false, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -224,5 +225,190 @@ func TestSourceNamesWithoutIndex(t *testing.T) {
 	got, err := d.sourceNames("a")
 	if err != nil || fmt.Sprint(got) != "["+name("a", 1, resultSuffix)+"]" {
 		t.Fatalf("got %q %v", got, err)
+	}
+}
+
+// [CAP-1] [CAP-4] An overflow can swallow the IN_IGNORED that ends the
+// watch of a removed inbox, and a file system such as ext4 gives the next
+// directory the removed one's inode number at once: a new inbox made in its
+// place then has the index's key. The index must not keep answering from a
+// watch that ended: names put in the new inbox later are seen.
+func TestInboxIndexReplacedAfterOverflow(t *testing.T) {
+	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || limit > 1<<18 {
+		t.Skipf("max_queued_events is %q", data)
+	}
+	x := newIndexFixture(t)
+	x.create(name("s1", 1, resultSuffix))
+	x.check("s1")
+	var st unix.Stat_t
+	if err := unix.Fstat(int(x.d.inbox.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	a, b := x.path("junk-a"), x.path("junk-b")
+	x.create("junk-a")
+	for range limit/2 + 1 { // two events per rename: the queue overflows
+		if err := os.Rename(a, b); err != nil {
+			t.Fatal(err)
+		}
+		a, b = b, a
+	}
+	// The inbox is removed (its IN_IGNORED lost) and made again; no pass
+	// holds it meanwhile.
+	x.d.inbox.Close()
+	if err := os.RemoveAll(x.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(x.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(x.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st2 unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st2); err != nil {
+		t.Fatal(err)
+	}
+	if st2.Dev != st.Dev || st2.Ino != st.Ino {
+		t.Skip("the new directory got another inode number here")
+	}
+	x.d.inbox = f
+	x.check("s1")
+	x.create(name("s1", 2, pendingSuffix))
+	x.create("s1.9223372036854775808.result")
+	x.check("s1")
+}
+
+// [CAP-1] [CAP-4] The changes a hostile operator can make beyond those of
+// TestInboxIndexMatchesListing: a rename that leaves a whiteout at its
+// source (no event reports the whiteout), a rename that must not replace,
+// exchanges with a name outside the inbox either way, an O_TMPFILE file
+// linked in, a hard link of an outside file, symlinks and FIFOs at entry
+// names, and names that are almost entries (a newline, a byte that is not
+// UTF-8, an empty sequence); source ids that differ only in case.
+func TestInboxIndexHostileRenames(t *testing.T) {
+	x := newIndexFixture(t)
+	outside := t.TempDir()
+	ids := []string{"s1", "S1", "a.b"}
+	var names []string
+	for _, id := range ids {
+		for seq := 1; seq <= 3; seq++ {
+			for _, suffix := range []string{resultSuffix, handledSuffix, pendingSuffix} {
+				names = append(names, name(id, int64(seq), suffix))
+			}
+		}
+		names = append(names, id+".9223372036854775808.result")
+	}
+	names = append(names, "s1.1.result\n", "s1.\xff.result", "s1..result")
+	touch := func(p string) error { // O_NONBLOCK: a FIFO there has no reader
+		fd, err := unix.Open(p, unix.O_CREAT|unix.O_WRONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}
+	rng := rand.New(rand.NewPCG(7, 9))
+	pick := func() string { return names[rng.IntN(len(names))] }
+	done := map[int]int{}
+	for round := range 1500 {
+		for range 1 + rng.IntN(5) {
+			a, b := pick(), pick()
+			op := rng.IntN(11)
+			var err error
+			switch op {
+			case 0:
+				err = touch(x.path(a))
+			case 1:
+				err = os.Remove(x.path(a))
+			case 2:
+				err = unix.Renameat2(unix.AT_FDCWD, x.path(a), unix.AT_FDCWD, x.path(b), unix.RENAME_WHITEOUT)
+			case 3:
+				err = unix.Renameat2(unix.AT_FDCWD, x.path(a), unix.AT_FDCWD, x.path(b), unix.RENAME_NOREPLACE)
+			case 4:
+				err = unix.Renameat2(unix.AT_FDCWD, x.path(a), unix.AT_FDCWD, filepath.Join(outside, b), unix.RENAME_EXCHANGE)
+			case 5:
+				err = unix.Renameat2(unix.AT_FDCWD, filepath.Join(outside, a), unix.AT_FDCWD, x.path(b), unix.RENAME_EXCHANGE)
+			case 6:
+				err = os.Symlink(x.path(b), x.path(a))
+			case 7:
+				err = unix.Mkfifo(x.path(a), 0o600)
+			case 8:
+				if err = touch(filepath.Join(outside, a)); err == nil {
+					err = os.Link(filepath.Join(outside, a), x.path(b))
+				}
+			case 9:
+				err = os.Rename(x.path(a), filepath.Join(outside, b))
+			case 10:
+				var fd int
+				if fd, err = unix.Open(x.dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600); err == nil {
+					err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, x.path(a), unix.AT_SYMLINK_FOLLOW)
+					unix.Close(fd)
+				}
+			}
+			if err == nil {
+				done[op]++
+			}
+		}
+		if round%2 == 0 {
+			x.check(ids...)
+		}
+	}
+	x.check(ids...)
+	t.Logf("changes made, by kind: %v", done)
+}
+
+// [CAP-1] [CAP-4] The inbox renamed away and back, exchanged with another
+// directory, and written between, 300 times, each followed by a pass that
+// pins whatever the path names: every answer is that directory's, and the
+// indexes of the directories left behind end (no descriptor is kept).
+func TestInboxIndexSwapsKeepNothing(t *testing.T) {
+	x := newIndexFixture(t)
+	other := filepath.Join(filepath.Dir(x.dir), "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(other, name("s1", 5, handledSuffix)), nil, 0o600)
+	x.create(name("s1", 1, resultSuffix))
+	x.check("s1")
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	for i := range 300 {
+		switch i % 3 {
+		case 0:
+			if err := unix.Renameat2(unix.AT_FDCWD, x.dir, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE); err != nil {
+				t.Skipf("no RENAME_EXCHANGE here: %v", err)
+			}
+		case 1:
+			os.Rename(x.dir, x.dir+".away")
+			os.Rename(x.dir+".away", x.dir)
+		case 2:
+			x.create(name("s1", int64(10+i), pendingSuffix))
+		}
+		f, err := os.Open(x.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.d.inbox.Close()
+		x.d.inbox = f
+		x.check("s1")
+	}
+	deadline := time.Now().Add(10 * time.Second) // ended indexes close in the background
+	for fds() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := fds(); after > before {
+		t.Fatalf("descriptors grew from %d to %d over 300 replacements", before, after)
 	}
 }

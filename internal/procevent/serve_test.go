@@ -306,3 +306,83 @@ func TestServeSeesInboxChanges(t *testing.T) {
 	serve.Process.Signal(syscall.SIGTERM)
 	serve.Wait()
 }
+
+// [CAP-1] [CAP-4] An operator removes the inbox while serve is stopped,
+// after enough changes that inotify's queue overflowed (the IN_IGNORED of
+// the removed directory is lost with them), and makes it again; ext4 gives
+// the new directory the old one's inode number. serve still sees what is put
+// in the new inbox: a name past the last sequence stops the source with
+// sequence-exhausted.
+func TestServeSeesInboxReplacedAfterOverflow(t *testing.T) {
+	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || limit > 1<<18 {
+		t.Skipf("max_queued_events is %q", data)
+	}
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.mode("poll", "result")
+	serve, log := f.serve()
+	waitFor(t, 20*time.Second, "two captures", func() bool { return f.results()["s1"] >= 2 })
+	inbox := f.h.Inbox()
+	// held reports whether serve has the directory fi open (a pass pins the
+	// inbox it works on; serve's maintenance pins the first it finds).
+	held := func(fi os.FileInfo) bool {
+		fds := fmt.Sprintf("/proc/%d/fd", serve.Process.Pid)
+		ents, _ := os.ReadDir(fds)
+		for _, e := range ents {
+			if o, err := os.Stat(filepath.Join(fds, e.Name())); err == nil && os.SameFile(o, fi) {
+				return true
+			}
+		}
+		return false
+	}
+	reused := false
+	for try := 0; try < 200 && !reused; try++ {
+		before, err := os.Stat(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve.Process.Signal(syscall.SIGSTOP)
+		if try > 0 && held(before) {
+			serve.Process.Signal(syscall.SIGCONT)
+			time.Sleep(time.Duration(try%7) * 10 * time.Millisecond)
+			continue
+		}
+		a, b := filepath.Join(inbox, "junk-a"), filepath.Join(inbox, "junk-b")
+		f.write(a, "", 0o600)
+		for range limit/2 + 1 { // two events per rename: the queue overflows
+			if err := os.Rename(a, b); err != nil {
+				t.Fatal(err)
+			}
+			a, b = b, a
+		}
+		if err := os.RemoveAll(inbox); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(inbox, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		after, err := os.Stat(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reused = os.SameFile(before, after)
+		serve.Process.Signal(syscall.SIGCONT)
+		n := len(f.log("poll"))
+		waitFor(t, 20*time.Second, "two polls", func() bool { return len(f.log("poll")) >= n+2 })
+	}
+	if !reused {
+		t.Skip("the new inbox never got the old one's inode number here")
+	}
+	f.write(filepath.Join(inbox, "s1.9223372036854775808.result"), "x", 0o600)
+	waitFor(t, 20*time.Second, "the source refused", func() bool {
+		return strings.Contains(log.String(), "failed: s1 (sequence-exhausted)")
+	})
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
+}
