@@ -77,6 +77,15 @@ func (d *dirs) openInbox(create bool) error {
 	return err
 }
 
+// unpinInbox closes the inbox pin, so the next openInbox pins the inbox
+// that is there then.
+func (d *dirs) unpinInbox() {
+	if d.inbox != nil {
+		d.inbox.Close()
+		d.inbox = nil
+	}
+}
+
 // tighten switches already pinned handles to the strict external boundary
 // and checks them again under it.
 func (d *dirs) tighten() error {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +45,12 @@ import (
 //     index's key: without a new watch, that directory's changes would
 //     never be reported.
 //
+// As a safety net, like the registry watch's, the index also lists again
+// every indexRelist: a change the kernel did not report to inotify (a
+// network or FUSE file system, an overlay's lower layer edited directly, a
+// case-insensitive directory whose events spell a name in another case) is
+// then seen within that bound.
+//
 // A query that races another process's change of a name is in the same
 // position as a listing that races it: the pass holds its source's claim,
 // so only what another process does to the source's names by hand can
@@ -59,6 +66,10 @@ import (
 // indexMax bounds the names an inbox index holds.
 var indexMax = 1 << 16 // a variable only so a test can lower it
 
+// indexRelist is how long an index answers from events alone before it
+// lists again.
+var indexRelist = 30 * time.Second // a variable only so a test can lower it
+
 // inboxIndex is serve's index of one inbox directory.
 type inboxIndex struct {
 	key    [2]uint64 // the directory's device and inode
@@ -67,6 +78,7 @@ type inboxIndex struct {
 	names  map[string]map[string]bool // source id -> name -> certain (false: moved away, may be present)
 	n      int                        // names held
 	relist bool                       // the next query lists again (events were lost)
+	listed time.Time                  // when the last listing began
 	buf    []byte
 }
 
@@ -214,6 +226,9 @@ func (x *inboxIndex) source(dir *os.File, id string) (names []string, ok bool, e
 	if x.fd < 0 {
 		return nil, false, nil
 	}
+	if time.Since(x.listed) >= indexRelist {
+		x.relist = true
+	}
 	if !x.drain() || (x.relist && (x.watch(dir) != nil || !x.list(dir))) || x.n > indexMax {
 		x.stop()
 		return nil, false, nil
@@ -254,6 +269,7 @@ func (x *inboxIndex) stop() {
 // list replaces the index with a listing of dir; false if it failed. Events
 // queued meanwhile are applied by the next drain, after it.
 func (x *inboxIndex) list(dir *os.File) bool {
+	x.listed = time.Now()
 	all, err := fsutil.NamesAt(dir)
 	if err != nil {
 		return false

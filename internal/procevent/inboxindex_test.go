@@ -412,3 +412,23 @@ func TestInboxIndexSwapsKeepNothing(t *testing.T) {
 		t.Fatalf("descriptors grew from %d to %d over 300 replacements", before, after)
 	}
 }
+
+// A change the kernel never reported (simulated: a name the index lost) is
+// seen once indexRelist has passed since the last listing.
+func TestInboxIndexRelistsAsASafetyNet(t *testing.T) {
+	x := newIndexFixture(t)
+	n := name("s1", 1, resultSuffix)
+	x.create(n)
+	x.check("s1")
+	idx := x.d.index()
+	idx.mu.Lock()
+	idx.del("s1", n) // as if its creation had never been reported
+	idx.mu.Unlock()
+	if got, _ := x.d.sourceNames("s1"); len(got) != 0 {
+		t.Fatalf("the index answered %q before its relisting was due; the simulation is void", got)
+	}
+	old := indexRelist
+	indexRelist = 0
+	defer func() { indexRelist = old }()
+	x.check("s1")
+}

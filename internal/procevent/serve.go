@@ -252,6 +252,10 @@ func (s *supervisor) maintain(ctx context.Context, d *dirs) {
 	if _, err := sweepTemps(s.h); err != nil {
 		s.failed("sweep temps", err)
 	}
+	// The inbox is pinned afresh by every maintenance: a pin kept for the
+	// life of serve would hold an inbox replaced since, and every
+	// re-announce would then be refused against the new one.
+	d.unpinInbox()
 	if n, err := d.reannounce(ctx, s.o.Reannounce); err != nil {
 		s.failed("re-announce", err)
 	} else if n > 0 {
