@@ -14,6 +14,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// InotifyQueueLimit is this machine's fs.inotify.max_queued_events, for the
+// tests that overflow an inotify queue on purpose; it skips t where the
+// limit is unknown or too large to overflow quickly.
+func InotifyQueueLimit(t testing.TB) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || limit > 1<<18 {
+		t.Skipf("max_queued_events is %q", data)
+	}
+	return limit
+}
+
 // indexFixture is an inbox directory pinned as a pass pins it, with the
 // index of this process on.
 type indexFixture struct {
@@ -147,14 +163,7 @@ func TestInboxIndexExchange(t *testing.T) {
 // Events the kernel could not queue are not lost to the index: it lists
 // again.
 func TestInboxIndexOverflow(t *testing.T) {
-	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
-	if err != nil {
-		t.Skip(err)
-	}
-	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || limit > 1<<18 {
-		t.Skipf("max_queued_events is %q", data)
-	}
+	limit := InotifyQueueLimit(t)
 	x := newIndexFixture(t)
 	a, b := x.path(name("s1", 1, resultSuffix)), x.path(name("s1", 2, resultSuffix))
 	x.create(filepath.Base(a))
@@ -228,20 +237,13 @@ func TestSourceNamesWithoutIndex(t *testing.T) {
 	}
 }
 
-// [CAP-1] [CAP-4] An overflow can swallow the IN_IGNORED that ends the
+// [CAP-1] [CAP-2] An overflow can swallow the IN_IGNORED that ends the
 // watch of a removed inbox, and a file system such as ext4 gives the next
 // directory the removed one's inode number at once: a new inbox made in its
 // place then has the index's key. The index must not keep answering from a
 // watch that ended: names put in the new inbox later are seen.
 func TestInboxIndexReplacedAfterOverflow(t *testing.T) {
-	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
-	if err != nil {
-		t.Skip(err)
-	}
-	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || limit > 1<<18 {
-		t.Skipf("max_queued_events is %q", data)
-	}
+	limit := InotifyQueueLimit(t)
 	x := newIndexFixture(t)
 	x.create(name("s1", 1, resultSuffix))
 	x.check("s1")
@@ -285,7 +287,7 @@ func TestInboxIndexReplacedAfterOverflow(t *testing.T) {
 	x.check("s1")
 }
 
-// [CAP-1] [CAP-4] The changes a hostile operator can make beyond those of
+// [CAP-1] [CAP-2] The changes a hostile operator can make beyond those of
 // TestInboxIndexMatchesListing: a rename that leaves a whiteout at its
 // source (no event reports the whiteout), a rename that must not replace,
 // exchanges with a name outside the inbox either way, an O_TMPFILE file
@@ -363,7 +365,7 @@ func TestInboxIndexHostileRenames(t *testing.T) {
 	t.Logf("changes made, by kind: %v", done)
 }
 
-// [CAP-1] [CAP-4] The inbox renamed away and back, exchanged with another
+// [CAP-1] [CAP-2] The inbox renamed away and back, exchanged with another
 // directory, and written between, 300 times, each followed by a pass that
 // pins whatever the path names: every answer is that directory's, and the
 // indexes of the directories left behind end (no descriptor is kept).

@@ -315,21 +315,14 @@ func TestServeSeesInboxChanges(t *testing.T) {
 	serve.Wait()
 }
 
-// [CAP-1] [CAP-4] An operator removes the inbox while serve is stopped,
+// [CAP-1] [CAP-2] An operator removes the inbox while serve is stopped,
 // after enough changes that inotify's queue overflowed (the IN_IGNORED of
 // the removed directory is lost with them), and makes it again; ext4 gives
 // the new directory the old one's inode number. serve still sees what is put
 // in the new inbox: a name past the last sequence stops the source with
 // sequence-exhausted.
 func TestServeSeesInboxReplacedAfterOverflow(t *testing.T) {
-	data, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
-	if err != nil {
-		t.Skip(err)
-	}
-	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || limit > 1<<18 {
-		t.Skipf("max_queued_events is %q", data)
-	}
+	limit := procevent.InotifyQueueLimit(t)
 	f := newFixture(t)
 	f.bind()
 	f.registerExt("s1")
