@@ -2,6 +2,8 @@ package fsutil
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,6 +91,98 @@ func TestDirSyncsShared(t *testing.T) {
 	}
 	if n := count.Load(); n < 2 || n > 3 {
 		t.Fatalf("%d syncs of the directory for 9 callers, want 2 (the held one and one shared by the 8)", n)
+	}
+	dirSyncs.mu.Lock()
+	defer dirSyncs.mu.Unlock()
+	if len(dirSyncs.m) != 0 {
+		t.Fatalf("%d directory entries left behind", len(dirSyncs.m))
+	}
+}
+
+// [CAP-1] Hostile review of shared directory syncs: 2000 concurrent callers
+// over four directories (each through its own descriptor), plus callers of
+// directories removed while others of a reused name sync, all return; each
+// returns only after a sync of its own directory that began after its change
+// was published; and no entry is left behind.
+func TestDirSyncsManyCallers(t *testing.T) {
+	var clock atomic.Uint64
+	var mu sync.Mutex
+	latest := map[uint64]uint64{} // inode -> clock at the latest sync's start
+	dirSynced = func(fd int) {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			return
+		}
+		now := clock.Add(1)
+		mu.Lock()
+		latest[st.Ino] = max(latest[st.Ino], now)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { dirSynced = nil })
+	root := t.TempDir()
+	var dirs []string
+	for i := range 4 {
+		d := filepath.Join(root, strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 2000 {
+		wg.Go(func() {
+			<-start
+			dir := dirs[i%len(dirs)]
+			if i%10 == 9 {
+				// A directory made, published into, removed: its inode
+				// may be reused by the next one of that name.
+				dir = filepath.Join(root, "gone"+strconv.Itoa(i%7))
+				if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+					t.Error(err)
+					return
+				}
+			}
+			f, err := os.Open(dir)
+			if err != nil {
+				if !os.IsNotExist(err) {
+					t.Error(err)
+				}
+				return
+			}
+			defer f.Close()
+			var st unix.Stat_t
+			if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := unix.Mkdirat(int(f.Fd()), "e"+strconv.Itoa(i), 0o700); err != nil && err != unix.ENOENT {
+				t.Error(err)
+				return
+			}
+			if i%10 == 9 {
+				os.RemoveAll(dir)
+			}
+			published := clock.Add(1)
+			if err := fsyncDir(int(f.Fd())); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			synced := latest[st.Ino]
+			mu.Unlock()
+			if synced < published {
+				t.Errorf("caller %d returned with no sync of its directory begun after its change (%d < %d)", i, synced, published)
+			}
+		})
+	}
+	close(start)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("2000 callers still waiting after 2 minutes")
 	}
 	dirSyncs.mu.Lock()
 	defer dirSyncs.mu.Unlock()
