@@ -19,7 +19,12 @@ import (
 // (by device and inode) by the freshlook rule: each caller gets the result
 // of a sync that began after it asked, never an older one, so each returns
 // only when its own change is as durable as a sync of its own would have
-// made it. An error of the shared sync is every sharer's.
+// made it. An error of the shared sync is every sharer's. And since the
+// kernel reports a write error once per open file description (errseq), a
+// sharer whose sync was made through another descriptor then collects its
+// own descriptor's unreported error with sync_file_range(WAIT_BEFORE), which
+// waits for writeback without a device flush and reports what fsync would
+// have: an error already reported to the leader is still reported to it.
 //
 // The key is exact: every caller holds a descriptor of its directory, which
 // keeps the inode from being freed and reused while its entry exists.
@@ -36,6 +41,16 @@ type dirSync struct {
 // dirSynced, when set (by tests), is called with the descriptor of every
 // sync fsyncDir makes.
 var dirSynced func(fd int)
+
+// retryEINTR calls f again while it is interrupted (as os.File.Sync does: a
+// FUSE or NFS sync can be).
+func retryEINTR(f func() error) error {
+	for {
+		if err := f(); err != unix.EINTR {
+			return err
+		}
+	}
+}
 
 // fsyncDir fsyncs the directory open as fd, or waits for a sync of it that
 // began after this call did.
@@ -56,12 +71,17 @@ func fsyncDir(fd int) error {
 	}
 	s.refs++
 	dirSyncs.mu.Unlock()
+	led := false
 	err := s.look.Get(func() error {
+		led = true
 		if dirSynced != nil {
 			dirSynced(fd)
 		}
-		return unix.Fsync(fd)
+		return retryEINTR(func() error { return unix.Fsync(fd) })
 	})
+	if err == nil && !led {
+		err = retryEINTR(func() error { return unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE) })
+	}
 	dirSyncs.mu.Lock()
 	if s.refs--; s.refs == 0 {
 		delete(dirSyncs.m, key)
