@@ -23,8 +23,9 @@ import (
 // kernel reports a write error once per open file description (errseq), a
 // sharer whose sync was made through another descriptor then collects its
 // own descriptor's unreported error with sync_file_range(WAIT_BEFORE), which
-// waits for writeback without a device flush and reports what fsync would
-// have: an error already reported to the leader is still reported to it.
+// waits for writeback without a device flush and reports the descriptor's
+// error as fsync would: an error already reported through the leader's
+// descriptor is still reported through this one.
 //
 // The key is exact: every caller holds a descriptor of its directory, which
 // keeps the inode from being freed and reused while its entry exists.
