@@ -391,14 +391,15 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// becomeSubreaper marks this process a child subreaper. It is idempotent and
-// process-wide, so calling it on every Run is safe under concurrency.
-func becomeSubreaper() error {
+// becomeSubreaper marks this process a child subreaper. The mark is
+// process-wide and stays, so it is made once, by the first launch (a serve
+// made the same call hundreds of times a second).
+var becomeSubreaper = sync.OnceValue(func() error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "become a child subreaper")
 	}
 	return nil
-}
+})
 
 func (s *Spec) check() error {
 	switch {
