@@ -17,36 +17,17 @@ import (
 // next maintenance works on the new one rather than refusing every
 // re-announce for the rest of serve's life.
 func TestMaintenanceFollowsAReplacedInbox(t *testing.T) {
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hd := filepath.Join(dir, "home")
-	if err := os.Mkdir(hd, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	h := &home.Home{Root: dir, Dir: hd, State: filepath.Join(hd, "state")}
-	d, err := openDirs(h, false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	if err := d.openInbox(true); err != nil {
-		t.Fatal(err)
-	}
-	var log []string
-	o := ServeOptions{Log: func(l string) { log = append(log, l) }, Warn: func(l string) { log = append(log, l) }}
-	s := &supervisor{h: h, o: o, running: map[string]bool{}}
+	h, d, s, log := maintenanceFixture(t)
 	s.maintain(context.Background(), d)
-	if err := os.Rename(h.Inbox(), filepath.Join(dir, "old-inbox")); err != nil {
+	if err := os.Rename(h.Inbox(), filepath.Join(h.Root, "old-inbox")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(h.Inbox(), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	s.maintain(context.Background(), d)
-	if strings.Contains(strings.Join(log, "\n"), "re-announce") {
-		t.Fatalf("maintenance after the inbox was replaced: %q", log)
+	if strings.Contains(strings.Join(*log, "\n"), "re-announce") {
+		t.Fatalf("maintenance after the inbox was replaced: %q", *log)
 	}
 }
 
