@@ -98,6 +98,19 @@ func TestMaintenanceFollowsOnlyACheckedInbox(t *testing.T) {
 	h, d, s, log := maintenanceFixture(t)
 	s.maintain(context.Background(), d)
 	dir := filepath.Dir(h.Dir)
+	// refused fails unless a maintenance refuses the inbox now in place
+	// (what it is) and appends no wake for the result inside it.
+	refused := func(t *testing.T, what string) {
+		t.Helper()
+		*log = nil
+		s.maintain(context.Background(), d)
+		if keys := wakeKeys(t, h); slices.Contains(keys, "procevent:evil:1") {
+			t.Fatalf("re-announce read through %s: wakes %q", what, keys)
+		}
+		if !strings.Contains(strings.Join(*log, "\n"), "re-announce") {
+			t.Fatalf("%s was not refused: log %q", what, *log)
+		}
+	}
 
 	// A real replacement holding an unhandled result: followed.
 	if err := os.Rename(h.Inbox(), filepath.Join(dir, "old-inbox")); err != nil {
@@ -127,14 +140,7 @@ func TestMaintenanceFollowsOnlyACheckedInbox(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "evil2"), h.Inbox()); err != nil {
 		t.Fatal(err)
 	}
-	*log = nil
-	s.maintain(context.Background(), d)
-	if keys := wakeKeys(t, h); slices.Contains(keys, "procevent:evil:1") {
-		t.Fatalf("re-announce read through a link: wakes %q", keys)
-	}
-	if !strings.Contains(strings.Join(*log, "\n"), "re-announce") {
-		t.Fatalf("an inbox swapped for a link was not refused: log %q", *log)
-	}
+	refused(t, "an inbox swapped for a link")
 
 	// A group-writable directory in its place: refused.
 	if err := os.Remove(h.Inbox()); err != nil {
@@ -146,14 +152,7 @@ func TestMaintenanceFollowsOnlyACheckedInbox(t *testing.T) {
 	if err := os.Chmod(h.Inbox(), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	*log = nil
-	s.maintain(context.Background(), d)
-	if keys := wakeKeys(t, h); slices.Contains(keys, "procevent:evil:1") {
-		t.Fatalf("re-announce read through a 0777 inbox: wakes %q", keys)
-	}
-	if !strings.Contains(strings.Join(*log, "\n"), "re-announce") {
-		t.Fatalf("a 0777 inbox was not refused: log %q", *log)
-	}
+	refused(t, "a 0777 inbox")
 
 	// Made private again: followed, and the pin held nothing stale.
 	if err := os.Chmod(h.Inbox(), 0o700); err != nil {
