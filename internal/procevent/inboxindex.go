@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -126,7 +125,7 @@ func (d *dirs) sourceNames(id string) ([]string, error) {
 			return names, err
 		}
 	}
-	all, err := fsutil.NamesAt(d.inbox)
+	all, err := d.inboxNames()
 	if err != nil {
 		return nil, err
 	}
@@ -295,33 +294,29 @@ func (x *inboxIndex) drain() bool {
 		if err != nil || n <= 0 {
 			return false
 		}
-		for b := x.buf[:n]; len(b) >= unix.SizeofInotifyEvent; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
-			end := unix.SizeofInotifyEvent + int(ev.Len)
-			if end > len(b) {
-				return false
-			}
-			name := b[unix.SizeofInotifyEvent:end]
-			for len(name) > 0 && name[len(name)-1] == 0 {
-				name = name[:len(name)-1]
-			}
-			b = b[end:]
+		ended := false
+		whole := inotifyEvents(x.buf[:n], func(mask uint32, name string) bool {
 			switch {
-			case ev.Mask&unix.IN_IGNORED != 0:
+			case mask&unix.IN_IGNORED != 0:
+				ended = true
 				return false
-			case ev.Mask&unix.IN_Q_OVERFLOW != 0:
+			case mask&unix.IN_Q_OVERFLOW != 0:
 				x.relist = true
 			case x.relist:
 				// Everything is listed again before the next answer.
-			case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
-				x.set(string(name), true)
-			case ev.Mask&unix.IN_MOVED_FROM != 0:
-				x.set(string(name), false)
-			case ev.Mask&unix.IN_DELETE != 0:
-				if sid, _, _, ok := splitName(string(name)); ok {
-					x.del(sid, string(name))
+			case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+				x.set(name, true)
+			case mask&unix.IN_MOVED_FROM != 0:
+				x.set(name, false)
+			case mask&unix.IN_DELETE != 0:
+				if sid, _, _, ok := splitName(name); ok {
+					x.del(sid, name)
 				}
 			}
+			return true
+		})
+		if ended || !whole {
+			return false
 		}
 	}
 }

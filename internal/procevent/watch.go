@@ -174,33 +174,49 @@ func (w *regWatch) dispatch(b []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	changed := false
-	for len(b) >= unix.SizeofInotifyEvent {
-		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
-		end := unix.SizeofInotifyEvent + int(ev.Len)
-		if end > len(b) {
-			break
-		}
-		name := strings.TrimRight(string(b[unix.SizeofInotifyEvent:end]), "\x00")
-		b = b[end:]
-		if ev.Mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED) != 0 {
-			w.wakeAllLocked()
-			return
+	lost := false
+	inotifyEvents(b, func(mask uint32, name string) bool {
+		if mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED) != 0 {
+			lost = true
+			return false
 		}
 		if id, ok := strings.CutSuffix(name, stopSuffix); ok {
 			for look := range w.stops[id] {
 				(*look)()
 			}
-			continue
-		}
-		if strings.HasSuffix(name, sourceSuffix) {
+		} else if strings.HasSuffix(name, sourceSuffix) {
 			changed = true
 		}
+		return true
+	})
+	if lost {
+		w.wakeAllLocked()
+		return
 	}
 	if changed {
 		for c := range w.changes {
 			notify(c)
 		}
 	}
+}
+
+// inotifyEvents calls f with the mask and the name of each whole event in b
+// (as read(2) returns them from an inotify descriptor), in order, while f
+// returns true. It reports false if b ends in a partial event.
+func inotifyEvents(b []byte, f func(mask uint32, name string) bool) bool {
+	for len(b) >= unix.SizeofInotifyEvent {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+		end := unix.SizeofInotifyEvent + int(ev.Len)
+		if end > len(b) {
+			return false
+		}
+		name := strings.TrimRight(string(b[unix.SizeofInotifyEvent:end]), "\x00")
+		b = b[end:]
+		if !f(ev.Mask, name) {
+			return true
+		}
+	}
+	return true
 }
 
 func (w *regWatch) wakeAll() {
