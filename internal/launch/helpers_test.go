@@ -77,6 +77,9 @@ func helper(mode string) int {
 		report("leader")
 		wd, _ := os.Getwd()
 		fmt.Printf("ok:%s|%s|%s|%s", in, strings.Join(os.Args, " "), wd, strings.Join(os.Environ(), ","))
+	case "stdin-file": // describe what stdin is, then echo it
+		report("leader")
+		fmt.Print(describeStdin())
 	case "record": // check the owner record from inside the package's code
 		report("leader")
 		if err := checkOwnRecord(); err != nil {
@@ -442,4 +445,23 @@ func pattern(off, n int) []byte {
 		b[i] = byte('a' + (off+i)%23)
 	}
 	return b
+}
+
+// describeStdin says what descriptor 0 is, from inside the entrypoint: its
+// type, the seals on it, whether a write to it fails, and its content from
+// offset 0 on.
+func describeStdin() string {
+	var st unix.Stat_t
+	if err := unix.Fstat(0, &st); err != nil {
+		return "fstat: " + err.Error()
+	}
+	seals, err := unix.FcntlInt(0, unix.F_GET_SEALS, 0)
+	if err != nil {
+		return "seals: " + err.Error()
+	}
+	_, werr := unix.Write(0, []byte("x"))
+	_, terr := unix.FcntlInt(0, unix.F_ADD_SEALS, 0) // sealing the seals is refused too
+	in, _ := io.ReadAll(os.Stdin)
+	return fmt.Sprintf("regular=%t seals=%#x write=%v addseal=%v in=%s",
+		st.Mode&unix.S_IFMT == unix.S_IFREG, seals, werr, terr, in)
 }

@@ -222,6 +222,31 @@ func TestGoodEntrypoint(t *testing.T) {
 	}
 }
 
+// [INV-2]: the request reaches the entrypoint's stdin as a sealed in-memory
+// file holding exactly the request from offset 0: a regular file (so an
+// interpreter reads it as a file, not a socket), whose content nothing can
+// change, grow or shrink, and whose seals nothing can lift.
+func TestStdinIsSealedRequest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := f.spec("stdin-file")
+	s.Stdin = bytes.Repeat([]byte("request "), 4096)
+	res, err := Run(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	got := string(res.Stdout)
+	want := fmt.Sprintf("regular=true seals=%#x write=operation not permitted addseal=operation not permitted in=%s", seals, s.Stdin)
+	if got != want {
+		// The kernel adds F_SEAL_EXEC to a memfd made without exec rights.
+		want = strings.Replace(want, fmt.Sprintf("%#x", seals), fmt.Sprintf("%#x", seals|unix.F_SEAL_EXEC), 1)
+	}
+	if got != want {
+		t.Errorf("stdin: %.200q\nwant   %.200q", got, want)
+	}
+}
+
 // [GRP-1]: the entrypoint itself finds its durable owner record, in phase
 // group, naming its own exact identity as leader and group, and its parent as
 // host; canonical JSON, 0600, in a 0700 directory.
