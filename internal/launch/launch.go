@@ -482,45 +482,42 @@ type invocation struct {
 	relW           *os.File      // write end of the release pipe
 	leaderDone     chan struct{} // closed when the leader has exited (not reaped)
 	out, errs      *stream
+	// stdin is the write end of stdin's pipe while stdinRest, the part of
+	// the request that did not fit in the pipe before the fork, is still
+	// to be written; nil when it all fit.
+	stdin     *os.File
+	stdinRest []byte
+	stdinDone chan struct{}
 }
 
-// requestFile returns a descriptor (close-on-exec) of a new in-memory file
-// that holds exactly data from offset 0 and is sealed: its content can be
-// neither written, grown nor shrunk, nor its seals lifted, through any
-// descriptor or mapping. It is the entrypoint's stdin. A regular file rather
-// than a pipe: no writer has to feed a package that is slow to read or never
-// reads, and each launch holds one pipe and one goroutine less (serve keeps
-// hundreds in flight). It is read to end of file as a pipe would be.
-func requestFile(data []byte) (int, error) {
-	const flags = unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
-	// MFD_NOEXEC_SEAL (Linux 6.3+) also seals off exec rights; where the
-	// vm.memfd_noexec sysctl is 2 a memfd without it is refused, and
-	// before 6.3 it is unknown (EINVAL).
-	fd, err := unix.MemfdCreate("fm-request", flags|unix.MFD_NOEXEC_SEAL)
-	if err == unix.EINVAL {
-		fd, err = unix.MemfdCreate("fm-request", flags)
-	}
-	if err != nil {
-		return -1, os.NewSyscallError("memfd_create", err)
-	}
-	fail := func(call string, err error) (int, error) {
-		unix.Close(fd)
-		return -1, os.NewSyscallError(call, err)
-	}
-	for off := 0; off < len(data); {
-		n, err := unix.Pwrite(fd, data[off:], int64(off))
+// fillStdin writes to w, the host's (non-blocking) end of stdin's pipe, as
+// much of the request req as the pipe takes now, before the fork. Every
+// request fits an empty pipe of the default size (64 KiB, the request bound
+// of [INV-4]): w is then closed at once and nil returned, so the launch needs
+// no writer and the host keeps no descriptor for it. A smaller pipe (a user
+// past fs.pipe-user-pages-soft gets one page per new pipe) leaves a rest: w
+// is returned as a File in the runtime's poller with that rest, for
+// supervise to write once the package runs. Either way the package reads the
+// whole request, then end of file, from a pipe as it always did.
+func fillStdin(w int, req []byte) (*os.File, []byte, error) {
+	for len(req) > 0 {
+		n, err := unix.Write(w, req)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil {
-			return fail("pwrite", err)
+		if err == unix.EAGAIN {
+			break
 		}
-		off += n
+		if err != nil {
+			unix.Close(w)
+			return nil, nil, err
+		}
+		req = req[n:]
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		return fail("fcntl F_ADD_SEALS", err)
+	if len(req) == 0 {
+		return nil, nil, unix.Close(w)
 	}
-	return fd, nil
+	return os.NewFile(uintptr(w), "|1"), req, nil
 }
 
 // selfExe is what the barrier is executed from: the kernel's link to the
@@ -530,15 +527,15 @@ const selfExe = "/proc/self/exe"
 
 // start starts the barrier in a new process group.
 func start(s Spec) (*invocation, error) {
-	// stdin (the request file: the host keeps no end of it), stdout,
-	// stderr, release. The host's ends of the three pipes are Files in
-	// the runtime's poller; the barrier's
+	// stdin, stdout, stderr, release. The host's ends are Files in the
+	// runtime's poller, but for stdin's (see fillStdin); the barrier's
 	// ends are bare blocking descriptors, closed here once it has its
 	// copies: a File for them would cost a poller registration, a
 	// finalizer and the switch back to blocking mode that Fd makes, on
-	// each pipe of every launch.
+	// each of four pipes of every launch.
 	var host [4]*os.File
 	child := [4]int{-1, -1, -1, -1}
+	stdinW := -1
 	closeChild := func() {
 		for _, fd := range child {
 			if fd >= 0 {
@@ -552,13 +549,11 @@ func start(s Spec) (*invocation, error) {
 				f.Close()
 			}
 		}
+		if stdinW >= 0 {
+			unix.Close(stdinW)
+		}
 	}
-	in, err := requestFile(s.Stdin)
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "create the request file for %s", s.what())
-	}
-	child[0] = in
-	for i := 1; i < len(host); i++ {
+	for i := range host {
 		var p [2]int
 		err := unix.Pipe2(p[:], unix.O_CLOEXEC)
 		if err == nil {
@@ -571,6 +566,8 @@ func start(s Spec) (*invocation, error) {
 			child[i] = p[1-h]
 			if err = unix.SetNonblock(p[h], true); err != nil {
 				unix.Close(p[h])
+			} else if i == 0 {
+				stdinW = p[h]
 			} else {
 				host[i] = os.NewFile(uintptr(p[h]), name)
 			}
@@ -581,6 +578,14 @@ func start(s Spec) (*invocation, error) {
 			return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("pipe2", err), "create pipes for %s", s.what())
 		}
 	}
+	stdin, rest, err := fillStdin(stdinW, s.Stdin)
+	stdinW = -1 // stdin owns it now, or it is closed
+	if err != nil {
+		closeHost()
+		closeChild()
+		return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("write", err), "write the request of %s", s.what())
+	}
+	host[0] = stdin
 	files := []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2]), uintptr(child[3])}
 	if s.Exec != nil {
 		files = append(files, s.Exec.Fd()) // execFd
@@ -637,6 +642,8 @@ func start(s Spec) (*invocation, error) {
 	}
 	inv := &invocation{
 		g:          group{pgid: pid, pidfd: pidfd, file: file},
+		stdin:      host[0],
+		stdinRest:  rest,
 		stdout:     host[1],
 		stderr:     host[2],
 		relW:       host[3],
@@ -694,7 +701,7 @@ func (inv *invocation) release() error {
 }
 
 func (inv *invocation) closePipes() {
-	for _, f := range []*os.File{inv.stdout, inv.stderr, inv.relW} {
+	for _, f := range []*os.File{inv.stdin, inv.stdout, inv.stderr, inv.relW} {
 		if f != nil {
 			f.Close()
 		}
@@ -790,6 +797,16 @@ const (
 func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
 	inv.out = newStream(s.StdoutLimit, true)
 	inv.errs = newStream(s.StderrLimit, s.Stderr != nil)
+	inv.stdinDone = make(chan struct{})
+	if inv.stdin == nil {
+		close(inv.stdinDone)
+	} else {
+		go func() {
+			defer close(inv.stdinDone)
+			_, _ = inv.stdin.Write(inv.stdinRest) // a package may close stdin early
+			inv.stdin.Close()
+		}()
+	}
 	go inv.out.run(inv.stdout, func() { step("reading") })
 	go inv.errs.run(inv.stderr, nil)
 	timer := time.NewTimer(s.Timeout)
@@ -1042,9 +1059,10 @@ func (inv *invocation) leaderExited() bool {
 	}
 }
 
-// drain waits for stdout and stderr to reach end of file once the group is
-// gone. If they do not within pipeGrace, a process outside the group holds
-// them: drain cuts them off and reports it.
+// drain waits for stdout and stderr to reach end of file, and stdin's writer
+// (if any) to finish, once the group is gone. If they do not within
+// pipeGrace, a process outside the group holds them: drain cuts them off and
+// reports it.
 func (inv *invocation) drain() (held bool) {
 	timer := time.NewTimer(pipeGrace)
 	defer timer.Stop()
@@ -1062,5 +1080,9 @@ func (inv *invocation) drain() (held bool) {
 	}
 	<-inv.out.done
 	<-inv.errs.done
+	if inv.stdin != nil {
+		inv.stdin.SetWriteDeadline(time.Now())
+	}
+	<-inv.stdinDone
 	return held
 }
