@@ -70,7 +70,7 @@ const (
 	// listed in docs/troubleshooting.md and defined in docs/spec.md).
 
 	// HostResource is the host's own resource exhaustion (EMFILE, ENFILE,
-	// ENOSPC, ENOMEM, EAGAIN on fork): never a package's failure.
+	// ENOSPC, ENOMEM, EFBIG, EAGAIN on fork): never a package's failure.
 	HostResource Code = "host-resource"
 	// SecondmateMissing is an `fm on` or remote-bind route that the home's
 	// data/secondmates.json does not define.

@@ -20,8 +20,9 @@ import (
 
 // hostErrnos are always resource exhaustion: the process or system file
 // table (EMFILE, ENFILE), disk space or quota (ENOSPC, EDQUOT), memory
-// (ENOMEM).
-var hostErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM}
+// (ENOMEM), the file size limit (EFBIG: RLIMIT_FSIZE, ulimit -f, which
+// bounds even the in-memory file that carries a package's request).
+var hostErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM, syscall.EFBIG}
 
 // spawnError marks the failure of creating a process, where EAGAIN means
 // the process limit (RLIMIT_NPROC) or the kernel's task table (elsewhere

@@ -14,7 +14,7 @@ import (
 // it, under any code, is host-resource; other errnos keep the site's code,
 // and EAGAIN is a host fault only from a process start.
 func TestHostFaultErrnos(t *testing.T) {
-	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM} {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM, syscall.EFBIG} {
 		cause := &os.PathError{Op: "open", Path: "/x", Err: e}
 		for _, code := range []Code{PathUnsafe, PackageInvalid, HomeInvalid, IntegrityMismatch, ProcessFailed, Internal} {
 			if got := Of(Wrap(code, cause, "x")); got != HostResource {
