@@ -21,7 +21,7 @@ import (
 // hostErrnos are always resource exhaustion: the process or system file
 // table (EMFILE, ENFILE), disk space or quota (ENOSPC, EDQUOT), memory
 // (ENOMEM), the file size limit (EFBIG: RLIMIT_FSIZE, ulimit -f, which
-// bounds even the in-memory file that carries a package's request).
+// bounds every file fm writes, an owner record or a captured result).
 var hostErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM, syscall.EFBIG}
 
 // spawnError marks the failure of creating a process, where EAGAIN means

@@ -1142,23 +1142,21 @@ func TestForkAtFileLimitIsHostFault(t *testing.T) {
 	assertNoRecords(t, f.records)
 }
 
-// [OP-3]: the request file is a regular file, so the file size limit
-// (RLIMIT_FSIZE, ulimit -f) of the operator who started fm bounds it, as it
-// never bounded the stdin pipe: a request larger than that limit fails
-// before anything starts, and that failure (EFBIG) is the host's, never
+// [OP-3]: the owner record is a file, so the file size limit (RLIMIT_FSIZE,
+// ulimit -f) of the operator who started fm bounds it: under a limit smaller
+// than a record nothing starts, and that failure (EFBIG) is the host's, never
 // the package's, so it must be a host fault (a poll is then not captured as
 // evidence against a valid package, and serve backs off). Not parallel: it
 // lowers this process's file size limit.
-func TestRequestOverFileSizeLimitIsHostFault(t *testing.T) {
+func TestRecordOverFileSizeLimitIsHostFault(t *testing.T) {
 	f := newFixture(t)
 	var orig unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &orig); err != nil {
 		t.Fatal(err)
 	}
 	s := f.spec("good")
-	s.Stdin = bytes.Repeat([]byte("r"), 8192)
 	lim := orig
-	lim.Cur = 4096
+	lim.Cur = 100
 	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
 		t.Fatal(err)
 	}
@@ -1167,7 +1165,7 @@ func TestRequestOverFileSizeLimitIsHostFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err == nil || !errcode.HostFault(err) || !errors.Is(err, unix.EFBIG) {
-		t.Fatalf("request over the file size limit: %v (host fault %v), want a host fault from EFBIG", err, errcode.HostFault(err))
+		t.Fatalf("record over the file size limit: %v (host fault %v), want a host fault from EFBIG", err, errcode.HostFault(err))
 	}
 	assertNoRecords(t, f.records)
 }
