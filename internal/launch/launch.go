@@ -49,7 +49,8 @@
 //
 // # Streams and time [INV-4], [INV-5]
 //
-// Stdin is written and closed. Stdout is kept up to StdoutLimit; stderr is
+// Stdin is a pipe holding the request, then end of file (fillStdin). Stdout
+// is kept up to StdoutLimit; stderr is
 // only counted, never stored or shown, unless the caller asks for it
 // (Spec.Stderr, an operator's direct call): then its first StderrLimit bytes
 // are handed to the caller, and still never stored. One byte over a limit,
