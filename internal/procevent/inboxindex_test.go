@@ -91,6 +91,18 @@ func (x *indexFixture) create(n string) {
 	}
 }
 
+// entryNames are the inbox entry names of source id for sequences 1 to seqs,
+// each with every suffix, in that order.
+func entryNames(id string, seqs int, suffixes ...string) []string {
+	var names []string
+	for seq := 1; seq <= seqs; seq++ {
+		for _, suffix := range suffixes {
+			names = append(names, name(id, int64(seq), suffix))
+		}
+	}
+	return names
+}
+
 // [CAP-1] [CAP-2] serve's inbox index answers, after any sequence of
 // changes made to the directory by any means (create, unlink, rename within,
 // into and out of it, rename over a name, exchange, hard link, mkdir and
@@ -102,11 +114,7 @@ func TestInboxIndexMatchesListing(t *testing.T) {
 	ids := []string{"s1", "s2", "web-feed"}
 	var names []string
 	for _, id := range ids {
-		for seq := 1; seq <= 4; seq++ {
-			for _, suffix := range []string{resultSuffix, metaSuffix, handledSuffix, pendingSuffix} {
-				names = append(names, name(id, int64(seq), suffix))
-			}
-		}
+		names = append(names, entryNames(id, 4, resultSuffix, metaSuffix, handledSuffix, pendingSuffix)...)
 	}
 	names = append(names, ".tmp-1-2-abc", "notes.txt", "s1.9223372036854775808.result", "s1.01.result")
 	for _, n := range names[:20] {
@@ -300,11 +308,7 @@ func TestInboxIndexHostileRenames(t *testing.T) {
 	ids := []string{"s1", "S1", "a.b"}
 	var names []string
 	for _, id := range ids {
-		for seq := 1; seq <= 3; seq++ {
-			for _, suffix := range []string{resultSuffix, handledSuffix, pendingSuffix} {
-				names = append(names, name(id, int64(seq), suffix))
-			}
-		}
+		names = append(names, entryNames(id, 3, resultSuffix, handledSuffix, pendingSuffix)...)
 		names = append(names, id+".9223372036854775808.result")
 	}
 	names = append(names, "s1.1.result\n", "s1.\xff.result", "s1..result")
