@@ -53,8 +53,8 @@
 // is kept up to StdoutLimit; stderr is only counted, never stored or shown,
 // unless the caller asks for it (Spec.Stderr, an operator's direct call):
 // then its first StderrLimit bytes are handed to the caller, and still never
-// stored. One byte over a limit,
-// the timeout, or cancellation of ctx stops the invocation at once.
+// stored. One byte over a limit, the timeout, or cancellation of ctx stops
+// the invocation at once.
 //
 // # Group cleanup [GRP-2]
 //

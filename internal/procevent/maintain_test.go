@@ -58,8 +58,8 @@ func maintenanceFixture(t *testing.T) (*home.Home, *dirs, *supervisor, *[]string
 	return h, d, s, log
 }
 
-// captureInto captures result seq of builtin source id into the inbox
-// directory at path, through its own pin.
+// captureInto captures result seq of builtin source id into the inbox that
+// is in place now, through a pin of its own.
 func captureInto(t *testing.T, h *home.Home, id string, seq int64) {
 	t.Helper()
 	d, err := openDirs(h, false, false)
