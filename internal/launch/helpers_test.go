@@ -129,6 +129,21 @@ func helper(mode string) int {
 		spawn("escaped", false, true, true, "child")
 		report("leader")
 		fmt.Print("ok")
+	case "setsid-stdin": // a child escapes into a new session with stdin only (unread), then exits 0
+		env := []string{envMode + "=child", envReport + "=" + os.Getenv(envReport), envRole + "=escaped", noRaceExitSleep}
+		if _, err := os.StartProcess(exe(), []string{exe()}, &os.ProcAttr{
+			Env: env, Files: []*os.File{os.Stdin, nil, nil},
+			Sys: &syscall.SysProcAttr{Setsid: true},
+		}); err != nil {
+			return 1
+		}
+		for {
+			if _, err := os.Stat(filepath.Join(os.Getenv(envReport), "escaped")); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		report("leader")
 	case "slow": // a child, some output, then waits
 		spawn("child", false, false, false, "child")
 		report("leader")
@@ -185,6 +200,11 @@ func helper(mode string) int {
 			return 1
 		}
 	case "quick":
+	case "one-byte": // reads one byte of stdin, then exits 0
+		_, _ = os.Stdin.Read(make([]byte, 1))
+	case "close-stdin": // closes stdin at once, then exits 0 a little later
+		os.Stdin.Close()
+		time.Sleep(50 * time.Millisecond)
 	case "clone-parent": // starts a sibling (CLONE_PARENT) that sleeps, prints its pid
 		c := exec.Command("sleep", "60")
 		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_PARENT}
