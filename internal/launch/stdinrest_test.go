@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,7 +72,8 @@ func fdNames() []string {
 // writer), the package still reads the whole request, then end of file; a
 // package that never reads it, reads one byte, or closes stdin at once ends
 // like any other; a prepared invocation with a filled pipe aborted before
-// its release leaves nothing. No descriptor of the host outlives any of them.
+// its release leaves nothing. No descriptor or goroutine of the host outlives
+// any of them.
 func TestStdinRestThroughSmallPipe(t *testing.T) {
 	f := newFixture(t)
 	// One launch first, so the runtime's poller (an epoll and an eventfd,
@@ -79,7 +81,7 @@ func TestStdinRestThroughSmallPipe(t *testing.T) {
 	if _, err := Run(context.Background(), f.spec("quick")); err != nil {
 		t.Fatal(err)
 	}
-	before := openFDs(t)
+	before, routines := openFDs(t), runtime.NumGoroutine()
 	t.Logf("before: %v", fdNames())
 	small := holdPipes(t)
 	t.Logf("a new pipe holds %d bytes (0: the default, root is exempt)", small)
@@ -115,8 +117,9 @@ func TestStdinRestThroughSmallPipe(t *testing.T) {
 	}
 	assertNoRecords(t, f.records)
 	deadline := time.Now().Add(10 * time.Second)
-	for openFDs(t)-held != before {
+	for openFDs(t)-held != before || runtime.NumGoroutine() > routines {
 		if time.Now().After(deadline) {
+			t.Logf("%d goroutines, %d before", runtime.NumGoroutine(), routines)
 			t.Fatalf("%d descriptors open, %d before (plus %d held pipes); now %v", openFDs(t)-held, before, held, fdNames())
 		}
 		time.Sleep(10 * time.Millisecond)
