@@ -70,10 +70,10 @@ func fdNames() []string {
 // [INV-2] [GRP-2]: with the pipes a user past fs.pipe-user-pages-soft gets
 // (one or two pages, so even a 4097-byte request leaves a rest for the
 // writer), the package still reads the whole request, then end of file; a
-// package that never reads it, reads one byte, or closes stdin at once ends
-// like any other; a prepared invocation with a filled pipe aborted before
-// its release leaves nothing. No descriptor or goroutine of the host outlives
-// any of them.
+// package that never reads it, reads one byte, closes stdin at once, or is
+// killed ends like any other; a prepared invocation with a filled pipe
+// aborted before its release leaves nothing. No descriptor or goroutine of
+// the host outlives any of them.
 func TestStdinRestThroughSmallPipe(t *testing.T) {
 	f := newFixture(t)
 	// One launch first, so the runtime's poller (an epoll and an eventfd,
@@ -106,7 +106,12 @@ func TestStdinRestThroughSmallPipe(t *testing.T) {
 			t.Fatalf("%s: %v", mode, err)
 		}
 	}
-	s := f.spec("stdin")
+	s := f.spec("selfkill")
+	s.Stdin = bytes.Repeat([]byte("k"), 200000)
+	if _, err := Run(context.Background(), s); !errcode.Is(err, errcode.ProcessFailed) {
+		t.Fatalf("killed package: %v, want process-failed", err)
+	}
+	s = f.spec("stdin")
 	s.Stdin = bytes.Repeat([]byte("y"), 200000)
 	p, err := Prepare(context.Background(), s)
 	if err != nil {
