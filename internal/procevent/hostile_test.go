@@ -127,9 +127,14 @@ func TestShellStateDoesNotReachThePackage(t *testing.T) {
 				return err == nil
 			})
 			proc := "/proc/" + pid
-			waitFor(t, 10*time.Second, "the adapter to become sleep", func() bool {
+			// Asleep, not merely renamed: the kernel names the new program
+			// before it closes the old one's close-on-exec descriptors, so
+			// the name alone can show descriptors that are about to go.
+			waitFor(t, 10*time.Second, "the adapter to become sleep and sleep", func() bool {
 				b, _ := os.ReadFile(proc + "/comm")
-				return strings.TrimSpace(string(b)) == "sleep"
+				st, _ := os.ReadFile(proc + "/stat")
+				_, after, _ := strings.Cut(string(st), ") ")
+				return strings.TrimSpace(string(b)) == "sleep" && strings.HasPrefix(after, "S ")
 			})
 			// fm itself did inherit descriptor 9: the test is about what
 			// reaches the package.
