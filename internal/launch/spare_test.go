@@ -91,8 +91,10 @@ func TestSpareRecordsReuseFiles(t *testing.T) {
 // [GRP-1] A record file reused as a spare may be rewritten while a reader
 // holds it open from its earlier name: the reader must then take the name
 // as gone, never read the other record as this one (nor refuse it as torn).
+//
+// Not parallel: it sets afterRecordOpen, which every reader of the package
+// calls.
 func TestReaderOfReusedRecordFile(t *testing.T) {
-	t.Parallel()
 	f := newFixture(t)
 	defer KeepSpares(f.records)()
 	self, _ := selfIdentity()
