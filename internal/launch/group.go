@@ -36,17 +36,13 @@ const (
 type group struct {
 	pgid  int // the leader's pid, which is the group id
 	pidfd int
-	file  *os.File // owns pidfd when it is registered with the runtime's poller
 }
 
 // close closes the pidfd; the group is no longer supervised (see
-// ReapOrphans).
+// ReapOrphans). It is called only once the leader has exited, so the
+// watcher no longer uses the pidfd.
 func (g *group) close() {
 	supervised.Delete(g.pgid)
-	if g.file != nil {
-		g.file.Close()
-		return
-	}
 	unix.Close(g.pidfd)
 }
 

@@ -478,11 +478,11 @@ func forkFault(err error, files []uintptr) error {
 // invocation is one started barrier/entrypoint and the host's ends of its
 // pipes.
 type invocation struct {
-	g              group
-	stdout, stderr *os.File
-	relW           *os.File      // write end of the release pipe
-	leaderDone     chan struct{} // closed when the leader has exited (not reaped)
-	out, errs      *stream
+	g          group
+	w          *watcher      // reads stdout and stderr, awaits the leader
+	relW       *os.File      // write end of the release pipe
+	leaderDone chan struct{} // closed when the leader has exited (not reaped)
+	out, errs  *stream
 	// stdin is the write end of stdin's pipe while stdinRest, the part of
 	// the request that did not fit in the pipe before the fork, is still
 	// to be written; nil when it all fit.
@@ -528,65 +528,55 @@ const selfExe = "/proc/self/exe"
 
 // start starts the barrier in a new process group.
 func start(s Spec) (*invocation, error) {
-	// stdin, stdout, stderr, release. The host's ends are Files in the
-	// runtime's poller, but for stdin's (see fillStdin); the barrier's
-	// ends are bare blocking descriptors, closed here once it has its
-	// copies: a File for them would cost a poller registration, a
-	// finalizer and the switch back to blocking mode that Fd makes, on
-	// each of four pipes of every launch.
-	var host [4]*os.File
+	// stdin, stdout, stderr, release. The host's end of the release pipe is
+	// a File in the runtime's poller; stdin's is filled before the fork (see
+	// fillStdin); stdout's and stderr's are the watcher's. The barrier's ends
+	// are bare blocking descriptors, closed here once it has its copies: a
+	// File for them would cost a poller registration, a finalizer and the
+	// switch back to blocking mode that Fd makes, on each of four pipes of
+	// every launch.
+	host := [4]int{-1, -1, -1, -1}
 	child := [4]int{-1, -1, -1, -1}
-	stdinW := -1
-	closeChild := func() {
-		for _, fd := range child {
+	closeAll := func(fds []int) {
+		for _, fd := range fds {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
-		}
-	}
-	closeHost := func() {
-		for _, f := range host {
-			if f != nil {
-				f.Close()
-			}
-		}
-		if stdinW >= 0 {
-			unix.Close(stdinW)
 		}
 	}
 	for i := range host {
 		var p [2]int
 		err := unix.Pipe2(p[:], unix.O_CLOEXEC)
 		if err == nil {
-			// The host's end and its name as os.Pipe gives it: the read
-			// end of stdout and stderr, which the child writes.
-			h, name := 1, "|1"
+			// The host's end: the read end of stdout and stderr, which
+			// the child writes.
+			h := 1
 			if i == 1 || i == 2 {
-				h, name = 0, "|0"
+				h = 0
 			}
-			child[i] = p[1-h]
-			if err = unix.SetNonblock(p[h], true); err != nil {
-				unix.Close(p[h])
-			} else if i == 0 {
-				stdinW = p[h]
-			} else {
-				host[i] = os.NewFile(uintptr(p[h]), name)
-			}
+			host[i], child[i] = p[h], p[1-h]
+			err = unix.SetNonblock(p[h], true)
 		}
 		if err != nil {
-			closeHost()
-			closeChild()
+			closeAll(host[:])
+			closeAll(child[:])
 			return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("pipe2", err), "create pipes for %s", s.what())
 		}
 	}
-	stdin, rest, err := fillStdin(stdinW, s.Stdin)
-	stdinW = -1 // stdin owns it now, or it is closed
+	inv := &invocation{out: newStream(s.StdoutLimit, true), errs: newStream(s.StderrLimit, s.Stderr != nil)}
+	w, err := newWatcher(host[1], host[2], inv.out, inv.errs, func() { step("reading") })
 	if err != nil {
-		closeHost()
-		closeChild()
+		closeAll(host[:])
+		closeAll(child[:])
+		return nil, errcode.Wrap(errcode.Internal, err, "watch the pipes of %s", s.what())
+	}
+	stdin, rest, err := fillStdin(host[0], s.Stdin)
+	if err != nil {
+		w.release()
+		closeAll(host[3:])
+		closeAll(child[:])
 		return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("write", err), "write the request of %s", s.what())
 	}
-	host[0] = stdin
 	files := []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2]), uintptr(child[3])}
 	if s.Exec != nil {
 		files = append(files, s.Exec.Fd()) // execFd
@@ -620,9 +610,16 @@ func start(s Spec) (*invocation, error) {
 			supervised.Store(pid, struct{}{})
 		}
 	})
-	closeChild()
+	closeAll(child[:])
+	giveUp := func() {
+		w.release()
+		if stdin != nil {
+			stdin.Close()
+		}
+		closeAll(host[3:])
+	}
 	if err != nil {
-		closeHost()
+		giveUp()
 		return nil, errcode.Wrap(errcode.ProcessFailed, errcode.Spawn(forkFault(err, files)), "start the launch barrier for %s", s.what())
 	}
 	if pidfd < 0 {
@@ -630,54 +627,25 @@ func start(s Spec) (*invocation, error) {
 		// its pid, so killing and reaping it by pid is exact.
 		_ = unix.Kill(pid, unix.SIGKILL)
 		_, _ = unix.Wait4(pid, nil, unix.WALL, nil)
-		closeHost()
+		giveUp()
 		return nil, errcode.New(errcode.Internal, "start the launch barrier: this kernel has no pidfds (Linux 5.3 or later is required)")
 	}
-	// The leader's exit is awaited through the runtime's poller (a pidfd is
-	// readable once its process has exited), not by a thread blocked in
-	// waitid per invocation: a serve with hundreds of long polls keeps a
-	// handful of threads.
-	var file *os.File
-	if unix.SetNonblock(pidfd, true) == nil {
-		file = os.NewFile(uintptr(pidfd), "pidfd")
+	if err := w.watch(pidfd); err != nil {
+		// Out of epoll watches. The barrier waits for its release, which
+		// never comes: kill and reap it; it ran no package code.
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		_, _ = unix.Wait4(pid, nil, unix.WALL, nil)
+		leaders.Delete(pid)
+		supervised.Delete(pid)
+		unix.Close(pidfd)
+		giveUp()
+		return nil, errcode.Wrap(errcode.Internal, err, "watch the launch barrier of %s", s.what())
 	}
-	inv := &invocation{
-		g:          group{pgid: pid, pidfd: pidfd, file: file},
-		stdin:      host[0],
-		stdinRest:  rest,
-		stdout:     host[1],
-		stderr:     host[2],
-		relW:       host[3],
-		leaderDone: make(chan struct{}),
-	}
-	go inv.awaitLeader()
+	inv.g = group{pgid: pid, pidfd: pidfd}
+	inv.w, inv.leaderDone = w, w.leaderDone
+	inv.stdin, inv.stdinRest = stdin, rest
+	inv.relW = os.NewFile(uintptr(host[3]), "|1")
 	return inv, nil
-}
-
-// awaitLeader waits for the leader to exit without reaping it (WNOWAIT): the
-// unreaped leader pins the group's number until finish reaps it. It waits
-// through the runtime's poller when the pidfd is registered there, else in a
-// blocking waitid.
-func (inv *invocation) awaitLeader() {
-	defer close(inv.leaderDone)
-	g := &inv.g
-	exited := func() bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, g.pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			return false
-		}
-		return err != nil || info.Signo != 0 // si_signo stays 0 while nothing has exited
-	}
-	if g.file != nil {
-		if rc, err := g.file.SyscallConn(); err == nil && rc.Read(func(uintptr) bool { return exited() }) == nil {
-			return
-		}
-		_ = unix.SetNonblock(g.pidfd, false)
-	}
-	var info unix.Siginfo
-	for unix.Waitid(unix.P_PIDFD, g.pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
-	}
 }
 
 // release writes the release byte; the barrier then becomes the entrypoint.
@@ -702,14 +670,15 @@ func (inv *invocation) release() error {
 }
 
 func (inv *invocation) closePipes() {
-	for _, f := range []*os.File{inv.stdin, inv.stdout, inv.stderr, inv.relW} {
+	inv.w.cut()
+	for _, f := range []*os.File{inv.stdin, inv.relW} {
 		if f != nil {
 			f.Close()
 		}
 	}
 }
 
-// stream reads one output pipe, keeping at most limit+1 bytes when keep is
+// stream is what is read from one output pipe (by the watcher), keeping at most limit+1 bytes when keep is
 // set and counting all of them.
 type stream struct {
 	limit int
@@ -717,61 +686,15 @@ type stream struct {
 	buf   []byte
 	n     int64
 	over  chan struct{} // closed when n first exceeds limit
-	done  chan struct{} // closed at end of file or read error
+	done  chan struct{} // closed at end of file, a read error, or a cut (watcher)
 }
 
 func newStream(limit int, keep bool) *stream {
 	return &stream{limit: limit, keep: keep, over: make(chan struct{}), done: make(chan struct{})}
 }
 
-// chunks are the read buffers of every stream of this process. A stream
-// takes one only while data is ready to read, so the hundreds of polls that
-// serve keeps waiting on a long poll hold no buffer at all.
-var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// run reads f until end of file or an error (a deadline set by drain
-// included). It waits for data through the runtime's poller without a
-// buffer, then reads what is there into a pooled chunk.
-func (st *stream) run(f *os.File, first func()) {
-	defer close(st.done)
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	for {
-		var (
-			k    int
-			rerr error
-		)
-		err := rc.Read(func(fd uintptr) bool {
-			chunk := chunks.Get().(*[]byte)
-			defer chunks.Put(chunk)
-			for {
-				k, rerr = unix.Read(int(fd), *chunk)
-				if rerr != unix.EINTR {
-					break
-				}
-			}
-			if rerr == unix.EAGAIN {
-				return false // nothing yet: wait for the poller
-			}
-			if k > 0 {
-				st.take((*chunk)[:k], first)
-				first = nil
-			}
-			return true
-		})
-		if err != nil || rerr != nil || k <= 0 {
-			return
-		}
-	}
-}
-
-// take counts the k bytes just read and keeps what the bound allows.
-func (st *stream) take(b []byte, first func()) {
-	if first != nil {
-		first()
-	}
+// take counts the bytes just read and keeps what the bound allows.
+func (st *stream) take(b []byte) {
 	if st.keep && len(st.buf) <= st.limit {
 		st.buf = append(st.buf, b[:min(len(b), st.limit+1-len(st.buf))]...)
 	}
@@ -796,8 +719,6 @@ const (
 // supervise feeds stdin, drains stdout and stderr, and waits for the first
 // of: leader exit, a stream bound crossed, the timeout, ctx cancelled.
 func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
-	inv.out = newStream(s.StdoutLimit, true)
-	inv.errs = newStream(s.StderrLimit, s.Stderr != nil)
 	inv.stdinDone = make(chan struct{})
 	if inv.stdin == nil {
 		close(inv.stdinDone)
@@ -808,8 +729,6 @@ func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
 			inv.stdin.Close()
 		}()
 	}
-	go inv.out.run(inv.stdout, func() { step("reading") })
-	go inv.errs.run(inv.stderr, nil)
 	timer := time.NewTimer(s.Timeout)
 	defer timer.Stop()
 	select {
@@ -1074,9 +993,7 @@ func (inv *invocation) drain() (held bool) {
 		case <-timer.C:
 		}
 		held = true
-		now := time.Now()
-		inv.stdout.SetReadDeadline(now)
-		inv.stderr.SetReadDeadline(now)
+		inv.w.cut()
 		break
 	}
 	<-inv.out.done

@@ -1,0 +1,229 @@
+package launch
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"firstmate.dev/fm/internal/errcode"
+	"golang.org/x/sys/unix"
+)
+
+// watcher is the one goroutine of an invocation that waits on the host's
+// descriptors of it: the read ends of stdout and stderr, which it reads into
+// their streams, and the leader's pidfd, which tells it that the leader
+// exited. The three share one epoll instance, and only that instance is in
+// the runtime's poller. So a waiting invocation costs one goroutine, not one
+// per descriptor: a serve with a thousand long polls in flight keeps two
+// goroutines for each (its pass, and this one) instead of four, and an
+// invocation that ends wakes one goroutine, not three.
+//
+// The watcher owns the stream descriptors: it closes each once it has read it
+// to its end, or once cut, and nothing else reads or closes them, so their
+// numbers cannot be reused under it. It stops looking at the pidfd when the
+// leader has exited, before leaderDone is closed, and the group closes the
+// pidfd only after that (see group.close). It returns, closing the epoll
+// instance, once the leader has exited and both streams are closed.
+type watcher struct {
+	ep         *os.File // the epoll instance, registered with the runtime's poller
+	epfd       int
+	fds        [2]int     // stdout, stderr; -1 once closed
+	streams    [2]*stream // what each is read into
+	pidfd      int
+	leaderDone chan struct{} // closed once the leader has exited (not reaped)
+	first      func()        // called once, when stdout's first bytes arrive
+	cutting    atomic.Bool
+}
+
+// Tags of the watched descriptors, in each epoll event's data.
+const (
+	tagStdout = 0
+	tagStderr = 1
+	tagLeader = 2
+)
+
+// newWatcher makes the epoll instance for stdout and stderr (non-blocking
+// read ends, which it then owns) before the fork, so that a host short of
+// descriptors or of epoll watches fails before any process exists. Watch
+// adds the leader and starts the goroutine.
+func newWatcher(stdout, stderr int, out, errs *stream, first func()) (*watcher, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	w := &watcher{epfd: epfd, fds: [2]int{stdout, stderr}, streams: [2]*stream{out, errs}, pidfd: -1, leaderDone: make(chan struct{}), first: first}
+	for tag, fd := range w.fds {
+		if err := w.add(fd, tag); err != nil {
+			unix.Close(epfd)
+			return nil, err
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	w.ep = os.NewFile(uintptr(epfd), "epoll")
+	// os.NewFile keeps a descriptor the runtime's poller refused (out of
+	// epoll watches: fs.epoll.max_user_watches) as a plain file, which has
+	// no deadlines; the watcher needs both.
+	if err := w.ep.SetReadDeadline(time.Time{}); err != nil {
+		w.ep.Close()
+		return nil, errcode.Wrap(errcode.HostResource, err, "the runtime's poller refused an epoll descriptor (fs.epoll.max_user_watches reached?)")
+	}
+	return w, nil
+}
+
+// add adds fd to the epoll instance under tag.
+func (w *watcher) add(fd, tag int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(tag)}
+	return os.NewSyscallError("epoll_ctl", unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev))
+}
+
+// watch adds the leader's pidfd and starts the watcher.
+func (w *watcher) watch(pidfd int) error {
+	if err := w.add(pidfd, tagLeader); err != nil {
+		return err
+	}
+	w.pidfd = pidfd
+	go w.run()
+	return nil
+}
+
+// release gives up a watcher whose watch never started: it closes the
+// streams' descriptors and the epoll instance.
+func (w *watcher) release() {
+	for i := range w.fds {
+		w.closeStream(i)
+	}
+	w.ep.Close()
+}
+
+// cut makes the watcher stop reading: it closes the streams that have not
+// reached their end, at once, and keeps waiting for the leader only. drain
+// cuts streams that a process outside the group holds open; closePipes cuts
+// whatever a launch given up before its release left.
+func (w *watcher) cut() {
+	w.cutting.Store(true)
+	_ = w.ep.SetReadDeadline(time.Now()) // the file may be closed already: the watcher is done
+}
+
+// chunks are the read buffers of every stream of this process. A stream
+// takes one only while data is ready to read, so the hundreds of polls that
+// serve keeps waiting on a long poll hold no buffer at all.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// readsPerEvent bounds how many chunks one readiness of a stream reads before
+// the watcher looks at its other descriptors again.
+const readsPerEvent = 4
+
+func (w *watcher) run() {
+	defer w.ep.Close()
+	rc, err := w.ep.SyscallConn()
+	if err != nil {
+		w.fallBack()
+		return
+	}
+	var evs [3]unix.EpollEvent
+	for w.pidfd >= 0 || w.fds[0] >= 0 || w.fds[1] >= 0 {
+		n := 0
+		var werr error
+		err := rc.Read(func(uintptr) bool {
+			n, werr = unix.EpollWait(w.epfd, evs[:], 0)
+			return n > 0 || (werr != nil && werr != unix.EINTR)
+		})
+		if w.cutting.Load() {
+			w.closeStream(tagStdout)
+			w.closeStream(tagStderr)
+		}
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			_ = w.ep.SetReadDeadline(time.Time{}) // cut: only the leader is left to wait for
+			continue
+		case err != nil || werr != nil:
+			w.fallBack()
+			return
+		}
+		for _, ev := range evs[:n] {
+			if tag := int(ev.Fd); tag == tagLeader {
+				w.checkLeader()
+			} else {
+				w.read(tag)
+			}
+		}
+	}
+}
+
+// read reads what stream tag has ready, and closes it at its end.
+func (w *watcher) read(tag int) {
+	fd := w.fds[tag]
+	if fd < 0 {
+		return
+	}
+	chunk := chunks.Get().(*[]byte)
+	defer chunks.Put(chunk)
+	for range readsPerEvent {
+		k, err := unix.Read(fd, *chunk)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return // drained: wait for the next readiness
+		case k > 0:
+			if tag == tagStdout && w.first != nil {
+				w.first()
+				w.first = nil
+			}
+			w.streams[tag].take((*chunk)[:k])
+			continue
+		}
+		w.closeStream(tag) // end of file, or a read error
+		return
+	}
+}
+
+// closeStream stops watching stream tag, closes its descriptor and marks the
+// stream done.
+func (w *watcher) closeStream(tag int) {
+	fd := w.fds[tag]
+	if fd < 0 {
+		return
+	}
+	// Removed before the close: epoll keeps reporting a descriptor whose
+	// open file another copy still holds (a fork in flight).
+	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	unix.Close(fd)
+	w.fds[tag] = -1
+	close(w.streams[tag].done)
+}
+
+// checkLeader closes leaderDone if the leader has exited. It waits with
+// WNOWAIT, so the leader stays an unreaped zombie that pins the group's
+// number until finish reaps it.
+func (w *watcher) checkLeader() {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PIDFD, w.pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+	if err == unix.EINTR || (err == nil && info.Signo == 0) { // si_signo stays 0 while nothing has exited
+		return
+	}
+	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, w.pidfd, nil)
+	w.pidfd = -1
+	close(w.leaderDone)
+}
+
+// fallBack ends a watcher whose epoll instance failed (it cannot, short of
+// a bug): the streams are closed as if cut, and the leader's exit is awaited
+// in a blocking waitid, which keeps leaderDone true to the process.
+func (w *watcher) fallBack() {
+	w.closeStream(tagStdout)
+	w.closeStream(tagStderr)
+	if w.pidfd < 0 {
+		return
+	}
+	var info unix.Siginfo
+	for unix.Waitid(unix.P_PIDFD, w.pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	}
+	w.pidfd = -1
+	close(w.leaderDone)
+}
