@@ -27,6 +27,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
@@ -146,10 +147,13 @@ func Digest(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-var digestRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+// digestRe is compiled on first use, not at start-up: the {64} repetition
+// alone costs every fm process, launch barriers included, tens of
+// microseconds before main.
+var digestRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
 
 // CheckDigest reports whether d is sha256:<64 lowercase hex>.
-func CheckDigest(d string) bool { return digestRe.MatchString(d) }
+func CheckDigest(d string) bool { return digestRe().MatchString(d) }
 
 // Hex returns the hex part of a sha256:<hex> digest.
 func Hex(d string) string { return strings.TrimPrefix(d, "sha256:") }
