@@ -19,9 +19,16 @@
 // fm sends (built here with fm's own encoder), from the harness, with the
 // entrypoint's working directory and environment.
 //
-// Processes are started with os.StartProcess and their streams are files
-// (/dev/null or a request file), so no copying goroutine is timed. Times are
-// wall-clock from just before the start to just after the wait.
+// Processes are started with os.StartProcess. fm's own processes get files
+// for their streams (/dev/null or a request file). The bare execs of the
+// entrypoint get, by default (-floor-stdio pipes), the streams fm gives an
+// entrypoint: stdin a pipe that holds the request and then ends, stdout and
+// stderr pipes that the harness reads to their end. An interpreter does not
+// start alike on a pipe and on /dev/null (Node builds a stream for a pipe;
+// about 1 to 3 ms per exec here), and fm must give it pipes ([INV-2],
+// [INV-4]), so only pipes make the difference fm's own cost.
+// -floor-stdio files gives them files instead, as earlier rounds measured.
+// Times are wall-clock from just before the start to just after the wait.
 package main
 
 import (
@@ -29,6 +36,7 @@ import (
 	"cmp"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,10 +72,14 @@ var (
 	label   = flag.String("label", "", "the name (bind, invoke) or suffix (serve-idle) of the printed figures")
 	busy    = flag.Int("busy", 0, "invoke: busy loops (sh processes) competing for the CPU while it is timed")
 	exitBin = flag.String("exit", "", "design: a static binary that exits 0 at once")
+	floorIO = flag.String("floor-stdio", "pipes", "invoke, design: the streams of the bare execs of the entrypoint: pipes (as fm gives them) or files (the request file, /dev/null)")
 )
 
 func main() {
 	flag.Parse()
+	if *floorIO != "pipes" && *floorIO != "files" {
+		check(fmt.Errorf("-floor-stdio %q: want pipes or files", *floorIO))
+	}
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle|bind|design")
 		os.Exit(2)
@@ -107,38 +119,67 @@ func check(err error) {
 }
 
 // proc is one process to time: argv, environment, working directory, the
-// file to feed on stdin ("" for /dev/null), extra descriptors from 3 on
-// (made fresh for every run by extra), and the exit status it must end with.
+// file to feed on stdin ("" for /dev/null), whether its streams are pipes
+// (stdin holding that file's bytes, stdout and stderr read to their end),
+// extra descriptors from 3 on (made fresh for every run by extra), and the
+// exit status it must end with.
 type proc struct {
 	argv  []string
 	env   []string
 	dir   string
 	stdin string
+	pipes bool
 	extra func() []*os.File
 	want  int
 }
 
 // run starts p, waits for it and returns the wall time.
 func (p proc) run() time.Duration {
-	in := os.DevNull
-	if p.stdin != "" {
-		in = p.stdin
+	var files, readers []*os.File
+	if p.pipes {
+		req, err := os.ReadFile(p.stdin)
+		check(err)
+		inR, inW, err := os.Pipe()
+		check(err)
+		_, err = inW.Write(req) // a request fits an empty pipe (64 KiB)
+		check(err)
+		inW.Close()
+		outR, outW, err := os.Pipe()
+		check(err)
+		errR, errW, err := os.Pipe()
+		check(err)
+		files, readers = []*os.File{inR, outW, errW}, []*os.File{outR, errR}
+	} else {
+		in := os.DevNull
+		if p.stdin != "" {
+			in = p.stdin
+		}
+		stdin, err := os.Open(in)
+		check(err)
+		null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		check(err)
+		files = []*os.File{stdin, null, null}
 	}
-	stdin, err := os.Open(in)
-	check(err)
-	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	check(err)
-	files := []*os.File{stdin, null, null}
 	if p.extra != nil {
 		files = append(files, p.extra()...)
 	}
 	start := time.Now()
 	pr, err := os.StartProcess(p.argv[0], p.argv, &os.ProcAttr{Dir: p.dir, Env: p.env, Files: files})
 	check(err)
+	for _, f := range files {
+		f.Close()
+	}
+	if readers != nil {
+		done := make(chan error)
+		go func() { _, err := io.Copy(io.Discard, readers[1]); done <- err }()
+		_, err := io.Copy(io.Discard, readers[0])
+		check(err)
+		check(<-done)
+	}
 	st, err := pr.Wait()
 	d := time.Since(start)
 	check(err)
-	for _, f := range files {
+	for _, f := range readers {
 		f.Close()
 	}
 	if st.ExitCode() != p.want {
@@ -259,7 +300,7 @@ func (f floor) bare(verb string) proc {
 	if verb == "handshake" {
 		in = f.handshake
 	}
-	return proc{argv: []string{f.entry, verb}, env: f.env, dir: f.dir, stdin: in}
+	return proc{argv: []string{f.entry, verb}, env: f.env, dir: f.dir, stdin: in, pipes: *floorIO == "pipes"}
 }
 
 func report(name string, as, bs []time.Duration, ratios []float64, aName, bName string) float64 {
