@@ -130,8 +130,11 @@ func (w *watcher) run() {
 		n := 0
 		var werr error
 		err := rc.Read(func(uintptr) bool {
-			n, werr = unix.EpollWait(w.epfd, evs[:], 0)
-			return n > 0 || (werr != nil && werr != unix.EINTR)
+			// Returning false waits for the next readiness edge, so a
+			// ready instance must never be left unread here.
+			for n, werr = unix.EpollWait(w.epfd, evs[:], 0); werr == unix.EINTR; n, werr = unix.EpollWait(w.epfd, evs[:], 0) {
+			}
+			return n > 0 || werr != nil
 		})
 		if w.cutting.Load() {
 			w.closeStream(tagStdout)
