@@ -55,3 +55,25 @@ func TestRunningInvocationGoroutines(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// [GRP-2] [OP-3] Run returns holding no descriptor of its invocation: the
+// watcher's epoll instance is closed by then, not a moment later by the
+// watcher's goroutine. Else a host near its file limit finds a descriptor
+// it counted free still taken (a launch right after another fails as a host
+// fault), and TestPipesAtFileLimit's count sees it.
+func TestRunReturnsWithoutDescriptors(t *testing.T) {
+	f := newFixture(t)
+	if _, err := Run(context.Background(), f.spec("quick")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the first watcher is surely done
+	before := openFDs(t)
+	for i := range 200 {
+		if _, err := Run(context.Background(), f.spec("quick")); err != nil {
+			t.Fatal(err)
+		}
+		if n := openFDs(t); n != before {
+			t.Fatalf("run %d returned with %d descriptors open, %d before; now %v", i, n, before, fdNames())
+		}
+	}
+}
