@@ -568,7 +568,9 @@ func start(s Spec) (*invocation, error) {
 	if err != nil {
 		closeAll(host[:])
 		closeAll(child[:])
-		return nil, errcode.Wrap(errcode.Internal, err, "watch the pipes of %s", s.what())
+		// A refusal of the runtime's poller is a host fault that carries
+		// no errno: keep its code.
+		return nil, errcode.Wrap(errcode.Of(err), err, "watch the pipes of %s", s.what())
 	}
 	stdin, rest, err := fillStdin(host[0], s.Stdin)
 	if err != nil {
