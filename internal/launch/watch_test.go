@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/procstat"
 )
 
 // [INV-4] [GRP-2] A running invocation costs its caller's goroutine and one
@@ -255,4 +257,83 @@ func watchLimitHost() int {
 		}
 	}
 	return 0
+}
+
+// [INV-4] [GRP-2] [GRP-5] The watcher against hostile streams, each a real
+// sh entrypoint: floods of stdout and stderr at once and past their bounds
+// (TERM obeyed or ignored) end the invocation at once; a package that closes
+// its streams and runs on is waited for; a process that left the group
+// holding stdout or stderr, or writing both while drain cuts them, is a
+// process-leak after pipeGrace, never a hang, and is not signalled (a
+// writer dies of SIGPIPE once cut); the leader killed by SIGKILL, or leaving
+// a child in its group, ends as always. Each leaves no record, descriptor or
+// goroutine behind. Not parallel: it counts them.
+func TestWatcherHostileStreams(t *testing.T) {
+	f := newFixture(t)
+	if _, err := Run(context.Background(), f.spec("quick")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the first watcher is surely done
+	fds, routines := openFDs(t), runtime.NumGoroutine()
+	// An escaped holder reports its pid as $R/held, then the leader answers.
+	const escape = ` & while [ ! -s "$R/held" ]; do sleep 0.01; done; echo ok`
+	for _, c := range []struct {
+		name, script string
+		want         []errcode.Code // "" is an answer
+		max          time.Duration
+	}{
+		{"flood both", `cat /dev/zero & cat /dev/zero >&2 & wait`, []errcode.Code{errcode.ResponseOversized, errcode.StderrOversized}, 3 * time.Second},
+		{"flood stdout, TERM ignored", `trap '' TERM; exec cat /dev/zero`, []errcode.Code{errcode.ResponseOversized}, 3 * time.Second},
+		{"flood stderr, TERM ignored", `trap '' TERM; exec cat /dev/zero >&2`, []errcode.Code{errcode.StderrOversized}, 3 * time.Second},
+		{"stdout closed, runs on", `exec >&-; sleep 0.3; echo x >&2`, []errcode.Code{""}, 3 * time.Second},
+		{"both closed, runs on", `exec >&- 2>&-; sleep 0.3`, []errcode.Code{""}, 3 * time.Second},
+		{"escaped holder of stdout", `setsid sh -c 'echo $$ > "$R/held"; exec sleep 30' 2>/dev/null` + escape, []errcode.Code{errcode.ProcessLeak}, 4 * time.Second},
+		{"escaped holder of stderr", `setsid sh -c 'echo $$ > "$R/held"; exec sleep 30' >/dev/null` + escape, []errcode.Code{errcode.ProcessLeak}, 4 * time.Second},
+		{"escaped writer of both", `setsid sh -c 'echo $$ > "$R/held"; while :; do echo x; echo y >&2; sleep 0.02; done'` + escape, []errcode.Code{errcode.ProcessLeak}, 4 * time.Second},
+		{"leader killed", `echo part; kill -9 $$`, []errcode.Code{errcode.ProcessFailed}, 3 * time.Second},
+		{"child left in the group", `sleep 30 & echo ok`, []errcode.Code{errcode.ProcessLeak}, 3 * time.Second},
+	} {
+		f := newFixture(t)
+		s := f.spec("quick")
+		s.Path, s.Argv = "/bin/sh", []string{"/bin/sh", "-c", c.script}
+		s.Env = []string{"PATH=/usr/bin:/bin", "R=" + f.reports}
+		start := time.Now()
+		res, err := Run(context.Background(), s)
+		took := time.Since(start)
+		code := errcode.Code("")
+		if err != nil {
+			code = errcode.Of(err)
+		}
+		if !slices.Contains(c.want, code) {
+			t.Errorf("%s: %v, want one of %q", c.name, err, c.want)
+		} else if code == "" && res.ExitStatus != 0 {
+			t.Errorf("%s: exit status %d", c.name, res.ExitStatus)
+		}
+		if took > c.max {
+			t.Errorf("%s: took %v", c.name, took)
+		}
+		if b, err := os.ReadFile(filepath.Join(f.reports, "held")); err == nil {
+			held, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			id := Identity{PID: held}
+			id.BootID, _ = BootID()
+			if st, err := procstat.Read(held); err == nil {
+				id.StartTime = st.Start
+			}
+			if c.name == "escaped writer of both" {
+				reapOrphans(t, id) // SIGPIPE, once cut
+			} else if live, _ := alive(id); !live {
+				t.Errorf("%s: the escaped process was signalled", c.name)
+			}
+			syscall.Kill(held, syscall.SIGKILL)
+			reapOrphans(t, id)
+		}
+		assertNoRecords(t, f.records)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openFDs(t) != fds || runtime.NumGoroutine() > routines {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors, %d before; %d goroutines, %d before; now %v", openFDs(t), fds, runtime.NumGoroutine(), routines, fdNames())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
