@@ -153,7 +153,10 @@ func TestWatchesAtUserLimit(t *testing.T) {
 	} else if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin)
+	// Bounded, so that a hung launch cannot keep the sysctl lowered.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = []string{envMode + "=watch-limit", envReport + "=" + f.reports, envRecords + "=" + f.records, noRaceExitSleep}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
 	if err := os.WriteFile(sysctl, []byte(strconv.Itoa(limit)), 0); err != nil {
