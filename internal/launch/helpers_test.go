@@ -214,6 +214,8 @@ func helper(mode string) int {
 		fmt.Print(c.Process.Pid)
 	case "host":
 		return hostMain()
+	case "watch-limit":
+		return watchLimitHost()
 	case "hostile-caller":
 		return hostileCaller()
 	default:

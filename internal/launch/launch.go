@@ -568,7 +568,9 @@ func start(s Spec) (*invocation, error) {
 	if err != nil {
 		closeAll(host[:])
 		closeAll(child[:])
-		return nil, errcode.Wrap(errcode.Internal, err, "watch the pipes of %s", s.what())
+		// A refusal of the runtime's poller is a host fault that carries
+		// no errno: keep its code.
+		return nil, errcode.Wrap(errcode.Of(err), err, "watch the pipes of %s", s.what())
 	}
 	stdin, rest, err := fillStdin(host[0], s.Stdin)
 	if err != nil {
@@ -669,12 +671,20 @@ func (inv *invocation) release() error {
 	return nil
 }
 
+// closePipes closes the host's ends of the pipes. Once the leader has
+// exited, the cut watcher ends at once, and closePipes waits for that: the
+// caller returns holding no descriptor of the invocation. Else (the group
+// could not be proved gone) the watcher keeps waiting for the leader, and
+// the pidfd and the epoll instance stay open until it exits.
 func (inv *invocation) closePipes() {
 	inv.w.cut()
 	for _, f := range []*os.File{inv.stdin, inv.relW} {
 		if f != nil {
 			f.Close()
 		}
+	}
+	if inv.leaderExited() {
+		<-inv.w.ended
 	}
 }
 

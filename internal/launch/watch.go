@@ -25,7 +25,9 @@ import (
 // numbers cannot be reused under it. It stops looking at the pidfd when the
 // leader has exited, before leaderDone is closed, and the group closes the
 // pidfd only after that (see group.close). It returns, closing the epoll
-// instance, once the leader has exited and both streams are closed.
+// instance, once the leader has exited and both streams are closed; ended
+// says it has (closePipes waits for that, so Run returns holding none of the
+// invocation's descriptors).
 type watcher struct {
 	ep         *os.File // the epoll instance, registered with the runtime's poller
 	epfd       int
@@ -35,6 +37,7 @@ type watcher struct {
 	leaderDone chan struct{} // closed once the leader has exited (not reaped)
 	first      func()        // called once, when stdout's first bytes arrive
 	cutting    atomic.Bool
+	ended      chan struct{} // closed once run has closed the epoll instance
 }
 
 // Tags of the watched descriptors, in each epoll event's data.
@@ -53,7 +56,7 @@ func newWatcher(stdout, stderr int, out, errs *stream, first func()) (*watcher, 
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	w := &watcher{epfd: epfd, fds: [2]int{stdout, stderr}, streams: [2]*stream{out, errs}, pidfd: -1, leaderDone: make(chan struct{}), first: first}
+	w := &watcher{epfd: epfd, fds: [2]int{stdout, stderr}, streams: [2]*stream{out, errs}, pidfd: -1, leaderDone: make(chan struct{}), first: first, ended: make(chan struct{})}
 	for tag, fd := range w.fds {
 		if err := w.add(fd, tag); err != nil {
 			unix.Close(epfd)
@@ -119,6 +122,7 @@ var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 const readsPerEvent = 4
 
 func (w *watcher) run() {
+	defer close(w.ended)
 	defer w.ep.Close()
 	rc, err := w.ep.SyscallConn()
 	if err != nil {
