@@ -6,7 +6,7 @@
 #
 # Environment knobs: ROUNDS (alternating rounds per CLI comparison, 300),
 # SOURCES (serve sources, 200), SOURCES_LARGE (the scale figures, 1000),
-# SECONDS_MEASURED (serve window, 10), BIND_ROUNDS (20), NODE_ROUNDS (20),
+# SECONDS_MEASURED (serve window, 10), BIND_ROUNDS (20), NODE_ROUNDS (40),
 # BENCHTIME (go test -benchtime for the launch/host pieces, 300x).
 #
 # Needs Go and, for everything about invocations, gcc (the trivial compiled
@@ -19,7 +19,9 @@
 # targets):
 #   digest-vs-sha256sum, bind-1000-vs-floor, bind-60m-vs-floor,
 #   invoke-vs-bare-exec, invoke-vs-design-floor, poll-node-overhead-ms,
-#   poll-node-overhead-loaded-ms, serve-captures-per-second,
+#   poll-node-overhead-loaded-ms (and, for comparison with earlier rounds,
+#   poll-node-files-floor-overhead-ms: the bare runs given the request file
+#   and /dev/null instead of pipes), serve-captures-per-second,
 #   serve-cpu-per-child-cpu, serve-idle-cpu-percent, serve-idle-rss-kib,
 #   serve-idle-1000-rss-kib, serve-idle-1000-cpu-percent, serve-stop-1000-ms
 set -euo pipefail
@@ -31,7 +33,7 @@ SECONDS_MEASURED=${SECONDS_MEASURED:-10}
 BENCHTIME=${BENCHTIME:-300x}
 SOURCES_LARGE=${SOURCES_LARGE:-1000}
 BIND_ROUNDS=${BIND_ROUNDS:-20}
-NODE_ROUNDS=${NODE_ROUNDS:-20}
+NODE_ROUNDS=${NODE_ROUNDS:-40}
 summary=() # "name: value" lines, printed again at the end
 # figure <output>: echo the output and keep its "name: number" figure lines.
 figure() {
@@ -201,6 +203,8 @@ else
 	chmod -R go-w "$d/pkg"
 	FM_HOME=$d/home "$fmbin" extension bind "$d/pkg" --adapter node-floor --trust-same-user-code >/dev/null
 	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm "$fmbin" -adapter node-floor -n "$NODE_ROUNDS" -label poll-node invoke | grep -v '^invoke-vs-bare-exec')"
+	section "the same with the bare runs given the request file and /dev/null (the floor of earlier rounds; node starts faster without pipes)"
+	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm "$fmbin" -adapter node-floor -n "$NODE_ROUNDS" -floor-stdio files -label poll-node-files-floor invoke | grep -v '^invoke-vs-bare-exec')"
 	section "the same with two busy loops competing for the two cores"
 	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm "$fmbin" -adapter node-floor -n "$NODE_ROUNDS" -busy 2 -label poll-node-overhead-loaded invoke | grep -v '^invoke-vs-bare-exec' | sed 's/^poll-node-overhead-loaded-overhead-ms/poll-node-overhead-loaded-ms/')"
 fi
