@@ -1,16 +1,20 @@
 package procevent
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 // [RUN-2] serve's collection goal: while the live heap is small, GOGC is
 // raised so the heap may grow to heapFloor before a collection (a serve of
 // a few MiB otherwise collects many times a second); once the live heap is
-// heapFloor/2 or more, GOGC is the default, so memory grows by at most
-// heapFloor over the default. Not parallel: it measures this process's heap.
+// large (a serve of a thousand long polls), GOGC is largeHeapPercent, so its
+// heap holds half its live size in garbage, not as much again. Not
+// parallel: it measures this process's heap.
 func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	// Give the memory back: a child this process starts inherits its
@@ -22,8 +26,8 @@ func TestTuneGC(t *testing.T) {
 		big[i] = 1
 	}
 	runtime.GC()
-	if got := tuneGC(); got != 100 {
-		t.Errorf("GOGC with a live heap of %d MiB = %d, want 100", len(big)>>20, got)
+	if got := tuneGC(); got != largeHeapPercent {
+		t.Errorf("GOGC with a live heap of %d MiB = %d, want %d", len(big)>>20, got, largeHeapPercent)
 	}
 	runtime.KeepAlive(big)
 	big = nil
@@ -36,5 +40,52 @@ func TestTuneGC(t *testing.T) {
 	}
 	if goal := ms.NextGC; goal > heapFloor*11/10 {
 		t.Errorf("heap goal %d KiB after tuning, want at most about %d KiB", goal>>10, heapFloor>>10)
+	}
+}
+
+// gogc reads the runtime's current GOGC without changing it.
+func gogc(t *testing.T) int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		t.Skip("no /gc/gogc:percent metric")
+	}
+	return int(s[0].Value.Uint64())
+}
+
+// [RUN-2] serve tunes GOGC after each collection, not on a timer: a live
+// heap that grows between two collections gets its GOGC at the next one
+// (well within the second a timer took), and the value found is restored
+// when serve ends. Not parallel: it sets this process's GOGC.
+func TestTuneGCFollowsCollections(t *testing.T) {
+	t.Setenv("GOGC", "") // tuneGCUntil leaves an operator's GOGC alone
+	defer debug.SetGCPercent(debug.SetGCPercent(123))
+	defer debug.FreeOSMemory()
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	go func() { defer close(ended); tuneGCUntil(ctx) }()
+	runtime.GC()
+	waitGOGC := func(want func(int) bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(300 * time.Millisecond)
+		for !want(gogc(t)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("GOGC %d, want %s", gogc(t), what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitGOGC(func(p int) bool { return p > 100 }, "more than 100 with a small live heap")
+	big := make([]byte, 2*heapFloor)
+	for i := range big {
+		big[i] = 1
+	}
+	runtime.GC()
+	waitGOGC(func(p int) bool { return p == largeHeapPercent }, "largeHeapPercent right after the collection that found a large live heap")
+	runtime.KeepAlive(big)
+	cancel()
+	<-ended
+	if p := gogc(t); p != 123 {
+		t.Fatalf("GOGC %d after serve, want the 123 it found", p)
 	}
 }
