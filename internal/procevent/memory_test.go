@@ -76,13 +76,14 @@ func TestTuneGCFollowsCollections(t *testing.T) {
 		}
 	}
 	waitGOGC(func(p int) bool { return p > 100 }, "more than 100 with a small live heap")
-	big := make([]byte, 2*heapFloor)
+	big := make([]byte, heapFloor)
 	for i := range big {
 		big[i] = 1
 	}
 	runtime.GC()
 	waitGOGC(func(p int) bool { return p == largeHeapPercent }, "largeHeapPercent right after the collection that found a large live heap")
 	runtime.KeepAlive(big)
+	big = nil
 	cancel()
 	<-ended
 	if p := gogc(t); p != 123 {
