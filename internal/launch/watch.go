@@ -49,7 +49,7 @@ const (
 
 // newWatcher makes the epoll instance for stdout and stderr (non-blocking
 // read ends, which it then owns) before the fork, so that a host short of
-// descriptors or of epoll watches fails before any process exists. Watch
+// descriptors or of epoll watches fails before any process exists. watch
 // adds the leader and starts the goroutine.
 func newWatcher(stdout, stderr int, out, errs *stream, first func()) (*watcher, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
