@@ -1,7 +1,6 @@
 package procevent
 
 import (
-	"context"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -62,42 +61,72 @@ func tuneGC() int {
 	return percent
 }
 
-// tuneGCUntil tunes GOGC now and after every collection until ctx is done,
-// then restores the value it found; it does nothing when the environment
-// sets GOGC. After every collection rather than on a timer: the live heap
-// is then just measured, an idle serve is never woken for it, and a heap
-// that grows fast (a thousand polls starting at once) is tuned again at
-// each collection instead of growing for up to a second at the GOGC a small
-// heap had (that left an idle 1,000-source serve ~6 MB larger).
-func tuneGCUntil(ctx context.Context) {
+// tuneGCWhileServing tunes GOGC now and after every collection until the
+// returned stop is called, which restores the value found before; it does
+// nothing when the environment sets GOGC. After every collection rather
+// than on a timer: the live heap is then just measured, an idle serve is
+// never woken for it, and a heap that grows fast (a thousand polls
+// starting at once) is tuned again at each collection instead of growing
+// for up to a second at the GOGC a small heap had (that left an idle
+// 1,000-source serve ~6 MB larger).
+//
+// GOGC is the process's, so the tuning is too: serves running at once in
+// one process (tests run Serve in-process) share it, the first saves the
+// GOGC found and the last to stop restores it; stop returns only once
+// GOGC is restored, so nothing changes it after Serve returns.
+func tuneGCWhileServing() (stop func()) {
 	if os.Getenv("GOGC") != "" {
-		return
+		return func() {}
 	}
-	var mu sync.Mutex
-	done := false
-	orig := debug.SetGCPercent(100)
-	tuneGC()
-	var arm func()
-	arm = func() {
-		// The finalizer of an object nothing refers to runs after the
-		// collection that finds it unreachable; it has a pointer, so the
-		// runtime's tiny allocator (which may keep such objects alive)
-		// does not take it.
-		runtime.SetFinalizer(&gcCycle{}, func(*gcCycle) {
-			mu.Lock()
-			defer mu.Unlock()
-			if !done {
-				tuneGC()
-				arm()
+	gcTuning.Lock()
+	defer gcTuning.Unlock()
+	gcTuning.serves++
+	if gcTuning.serves == 1 {
+		gcTuning.found = debug.SetGCPercent(100)
+		gcTuning.chain++
+		tuneGC()
+		armGCTune(gcTuning.chain)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			gcTuning.Lock()
+			defer gcTuning.Unlock()
+			gcTuning.serves--
+			if gcTuning.serves == 0 {
+				debug.SetGCPercent(gcTuning.found)
 			}
 		})
 	}
-	arm()
-	<-ctx.Done()
-	mu.Lock()
-	done = true
-	debug.SetGCPercent(orig)
-	mu.Unlock()
+}
+
+// gcTuning is the state of the process's GOGC tuning.
+var gcTuning struct {
+	sync.Mutex
+	serves int // serves tuning now
+	found  int // the GOGC the first of them found
+	// chain numbers the finalizer chains: a chain whose serves all
+	// stopped ends at its next collection even when a new serve has
+	// started its own chain since.
+	chain int
+}
+
+// armGCTune tunes GOGC at the end of the next collection and arms itself
+// again, while serves run and chain is the current one. The finalizer of
+// an object nothing refers to runs after the collection that finds it
+// unreachable; it has a pointer, so the runtime's tiny allocator (which
+// may keep such objects alive) does not take it. debug.SetGCPercent under
+// the lock does not wait for a collection to end (only for a mark phase,
+// and only when GC is turned off), so it cannot wait for this finalizer.
+func armGCTune(chain int) {
+	runtime.SetFinalizer(&gcCycle{}, func(*gcCycle) {
+		gcTuning.Lock()
+		defer gcTuning.Unlock()
+		if gcTuning.serves > 0 && gcTuning.chain == chain {
+			tuneGC()
+			armGCTune(chain)
+		}
+	})
 }
 
 // gcCycle is the object whose finalizer marks the end of a collection.

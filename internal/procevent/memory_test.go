@@ -1,7 +1,6 @@
 package procevent
 
 import (
-	"context"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -53,40 +52,82 @@ func gogc(t *testing.T) int {
 	return int(s[0].Value.Uint64())
 }
 
+// waitGOGC collects every few milliseconds until GOGC satisfies want or
+// half a second has passed, well short of the second a timer took.
+// Collecting again, not once: a finalizer that runs during the next
+// collection's mark re-arms with an object that survives that collection,
+// and fires only at the one after.
+func waitGOGC(t *testing.T, want func(int) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for !want(gogc(t)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOGC %d, want %s", gogc(t), what)
+		}
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // [RUN-2] serve tunes GOGC after each collection, not on a timer: a live
 // heap that grows between two collections gets its GOGC at the next one
 // (well within the second a timer took), and the value found is restored
-// when serve ends. Not parallel: it sets this process's GOGC.
+// when serve stops. Not parallel: it sets this process's GOGC.
 func TestTuneGCFollowsCollections(t *testing.T) {
-	t.Setenv("GOGC", "") // tuneGCUntil leaves an operator's GOGC alone
-	defer debug.SetGCPercent(debug.SetGCPercent(123))
+	t.Setenv("GOGC", "") // tuneGCWhileServing leaves an operator's GOGC alone
+	defer debug.SetGCPercent(debug.SetGCPercent(77))
 	defer debug.FreeOSMemory()
-	ctx, cancel := context.WithCancel(context.Background())
-	ended := make(chan struct{})
-	go func() { defer close(ended); tuneGCUntil(ctx) }()
-	runtime.GC()
-	waitGOGC := func(want func(int) bool, what string) {
-		t.Helper()
-		deadline := time.Now().Add(300 * time.Millisecond)
-		for !want(gogc(t)) {
-			if time.Now().After(deadline) {
-				t.Fatalf("GOGC %d, want %s", gogc(t), what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	waitGOGC(func(p int) bool { return p > 100 }, "more than 100 with a small live heap")
+	stop := tuneGCWhileServing()
+	defer stop()
+	waitGOGC(t, func(p int) bool { return p > 100 }, "more than 100 with a small live heap")
 	big := make([]byte, heapFloor)
 	for i := range big {
 		big[i] = 1
 	}
-	runtime.GC()
-	waitGOGC(func(p int) bool { return p == largeHeapPercent }, "largeHeapPercent right after the collection that found a large live heap")
+	waitGOGC(t, func(p int) bool { return p == largeHeapPercent }, "largeHeapPercent right after the collection that found a large live heap")
 	runtime.KeepAlive(big)
 	big = nil
-	cancel()
-	<-ended
-	if p := gogc(t); p != 123 {
-		t.Fatalf("GOGC %d after serve, want the 123 it found", p)
+	waitGOGC(t, func(p int) bool { return p > 100 }, "more than 100 again once the live heap is small")
+	stop()
+	if p := gogc(t); p != 77 {
+		t.Fatalf("GOGC %d after serve, want the 77 it found", p)
+	}
+	runtime.GC()
+	time.Sleep(50 * time.Millisecond)
+	runtime.GC()
+	time.Sleep(50 * time.Millisecond)
+	if p := gogc(t); p != 77 {
+		t.Fatalf("GOGC %d two collections after serve stopped, want the 77 it found", p)
+	}
+}
+
+// [RUN-2] GOGC is the process's: serves that overlap in one process (tests
+// run Serve in-process) leave it as the first found once the last stops,
+// whatever order they stop in, and a serve started again right after
+// another stopped is tuned by one finalizer chain, which stops with it.
+// Not parallel: it sets this process's GOGC.
+func TestTuneGCOverlappingServes(t *testing.T) {
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(77))
+	stopA := tuneGCWhileServing()
+	stopB := tuneGCWhileServing()
+	stopA()
+	if p := gogc(t); p == 77 {
+		t.Fatalf("GOGC restored to %d while a serve still runs", p)
+	}
+	stopB()
+	stopB() // a second call is harmless
+	if p := gogc(t); p != 77 {
+		t.Fatalf("GOGC %d after both serves stopped, want the 77 the first found", p)
+	}
+	stopC := tuneGCWhileServing()
+	stopC()
+	debug.SetGCPercent(88)
+	for range 3 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := gogc(t); p != 88 {
+		t.Fatalf("GOGC %d after serves stopped and it was set to 88: a finalizer chain outlived its serve", p)
 	}
 }

@@ -149,9 +149,7 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 	// Each pass takes its source's inbox names from an index kept by
 	// inotify rather than a listing of the whole inbox (inboxindex.go).
 	defer indexInbox()()
-	gcCtx, stopGC := context.WithCancel(ctx)
-	defer stopGC()
-	go tuneGCUntil(gcCtx)
+	defer tuneGCWhileServing()()
 	s := &supervisor{h: h, o: o, running: map[string]bool{}}
 	s.maintain(ctx, d)
 	// A registration or retirement is picked up when the registry watch
