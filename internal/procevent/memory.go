@@ -21,12 +21,12 @@ import (
 //
 // A large live heap (a serve of a thousand long polls: 12-14 MiB of
 // objects and the stacks of two goroutines per poll) is another matter:
-// such a serve allocates little, and at the default GOGC its resident size
-// was mostly garbage waiting for the next collection (54-58 MB, against
-// 46-48 MB at GOGC 50, idle with 1,000 sources; answering at once, its CPU
-// over its children's was the same within the noise: docs/performance.md,
-// "Sixth pass"). So GOGC never goes below largeHeapPercent, and is that
-// once heapFloor is not reached with it.
+// such a serve allocates little, and at the default GOGC it held ~10 MB of
+// garbage waiting for the next collection (54-58 MB against 46-48 MB at
+// GOGC 50, idle with 1,000 sources; with all of them answering at once, its
+// CPU over its children's was the same within the noise:
+// docs/performance.md, "Sixth pass"). So GOGC never goes below
+// largeHeapPercent, and is that once heapFloor is not reached with it.
 const heapFloor = 16 << 20
 
 // largeHeapPercent is serve's GOGC once its live heap is large.
