@@ -478,11 +478,10 @@ func forkFault(err error, files []uintptr) error {
 // invocation is one started barrier/entrypoint and the host's ends of its
 // pipes.
 type invocation struct {
-	g          group
-	w          *watcher      // reads stdout and stderr, awaits the leader
-	relW       *os.File      // write end of the release pipe
-	leaderDone chan struct{} // closed when the leader has exited (not reaped)
-	out, errs  *stream
+	g         group
+	w         *watcher // reads stdout and stderr, awaits the leader (w.leaderDone)
+	relW      *os.File // write end of the release pipe
+	out, errs *stream
 	// stdin is the write end of stdin's pipe while stdinRest, the part of
 	// the request that did not fit in the pipe before the fork, is still
 	// to be written; nil when it all fit.
@@ -644,7 +643,7 @@ func start(s Spec) (*invocation, error) {
 		return nil, errcode.Wrap(errcode.Internal, err, "watch the launch barrier of %s", s.what())
 	}
 	inv.g = group{pgid: pid, pidfd: pidfd}
-	inv.w, inv.leaderDone = w, w.leaderDone
+	inv.w = w
 	inv.stdin, inv.stdinRest = stdin, rest
 	inv.relW = os.NewFile(uintptr(host[3]), "|1")
 	return inv, nil
@@ -742,7 +741,7 @@ func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
 	timer := time.NewTimer(s.Timeout)
 	defer timer.Stop()
 	select {
-	case <-inv.leaderDone:
+	case <-inv.w.leaderDone:
 		return leaderExited
 	case <-inv.out.over:
 		return stdoutOver
@@ -840,7 +839,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 	var es exitState
 	fail := func(err error) (exitState, error) {
 		// Keep the leader unreaped and its pidfd open until it exits.
-		go func() { <-inv.leaderDone; g.close() }()
+		go func() { <-inv.w.leaderDone; g.close() }()
 		return es, errcode.Wrap(errcode.ProcessCleanupFailed, err, "process group %d could not be proved gone; its owner record is kept", g.pgid)
 	}
 	reaped := false
@@ -853,7 +852,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 		// scans were what made stopping slow). The proof below is the same.
 		timer := time.NewTimer(termGrace)
 		select {
-		case <-inv.leaderDone:
+		case <-inv.w.leaderDone:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -893,7 +892,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 			// KILL, as a scan finding the leader alive would decide.
 			timer := time.NewTimer(time.Until(deadline))
 			select {
-			case <-inv.leaderDone:
+			case <-inv.w.leaderDone:
 			case <-timer.C:
 			}
 			timer.Stop()
@@ -952,7 +951,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 	if !reaped {
 		// Nothing in the group is alive, the leader included.
 		select {
-		case <-inv.leaderDone:
+		case <-inv.w.leaderDone:
 		case <-time.After(killWait):
 			return fail(errors.New("leader exit not reported"))
 		}
@@ -982,7 +981,7 @@ func (inv *invocation) stop(terminate bool) (exitState, error) {
 // leaderExited reports whether the leader has exited (it is not reaped).
 func (inv *invocation) leaderExited() bool {
 	select {
-	case <-inv.leaderDone:
+	case <-inv.w.leaderDone:
 		return true
 	default:
 		return false
