@@ -14,19 +14,16 @@ import (
 // checked by hand (ValidRequestID, ValidSourceID): their bounded repetitions
 // make regular expressions that cost fm about 0.2 ms to compile.
 var (
-	tokenRe   = lazyRegexp(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
-	idRe      = lazyRegexp(`^[a-z0-9]+([.-][a-z0-9]+)*$`)
-	adapterRe = lazyRegexp(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-	// SemVer 2.0.0 as published at semver.org.
-	semverRe = lazyRegexp(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
-		`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
-		`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+	tokenRe   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`) })
+	idRe      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+([.-][a-z0-9]+)*$`) })
+	adapterRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`) })
+	semverRe  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(semver) })
 )
 
-// lazyRegexp returns pattern's compiler, run once on first use.
-func lazyRegexp(pattern string) func() *regexp.Regexp {
-	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
-}
+// semver is SemVer 2.0.0 as published at semver.org.
+const semver = `^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
+	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
+	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`
 
 // ValidRequestID reports whether s is a request id or digest:
 // sha256:<64 lowercase hex> ([PROTO-5]).
