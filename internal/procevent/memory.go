@@ -4,7 +4,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"sync"
 )
 
@@ -36,29 +35,41 @@ const largeHeapPercent = 50
 // which it scales with GOGC.
 const runtimeHeapMinimum = 4 << 20
 
-// tuneGC sets GOGC from the live heap now (see heapFloor) and returns the
-// value it set.
-func tuneGC() int {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
-	metrics.Read(s)
-	var v [3]uint64
-	for i := range s {
-		if s[i].Value.Kind() != metrics.KindUint64 {
-			return debug.SetGCPercent(100)
-		}
-		v[i] = s[i].Value.Uint64()
+// maxPercent is the largest GOGC serve sets: the one whose minimum heap
+// goal is heapFloor.
+const maxPercent = 100 * heapFloor / runtimeHeapMinimum
+
+// tuneGC sets GOGC, which is now percent, from the heap goal the runtime
+// set at the last collection (see heapFloor), and returns the value it set.
+//
+// The live heap is not read from runtime/metrics: linking that package
+// costs every fm process, the launch barrier included, its initialisation
+// (a table of every metric, ~0.3 ms of each start on these machines,
+// docs/performance.md "Seventh pass"). It follows from the goal instead,
+// which runtime.MemStats gives: above its minimum (runtimeHeapMinimum
+// scaled by GOGC) the goal is live + scan*percent/100, where scan is the
+// live heap plus the stacks and globals the collection scanned. With the
+// stacks in use standing in for what was scanned besides the heap (as a
+// rule more: a goroutine's stack is in use whole, scanned only as deep as
+// it is used, so a step falls short of its mark rather than past it), scan = (goal + stacks) / (1 + percent/100), and
+// the GOGC that makes the goal heapFloor is percent + 100*(heapFloor -
+// goal)/scan. At the goal heapFloor that is percent itself, whatever the
+// estimate: the estimate sets only how fast the tuning gets there. A goal
+// at the minimum means a live heap small enough for maxPercent. A memory
+// limit (GOMEMLIMIT) can only lower the goal, and the runtime keeps to it
+// whatever GOGC is. ReadMemStats stops the world for a moment, once per
+// collection.
+func tuneGC(percent int) int {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	goal, p := float64(ms.NextGC), float64(percent)
+	next := maxPercent
+	if goal > runtimeHeapMinimum*p/100 {
+		scan := (goal + float64(ms.StackInuse)) / (1 + p/100)
+		next = int(max(largeHeapPercent, min(maxPercent, p+100*(heapFloor-goal)/scan)))
 	}
-	// The runtime's goal is the larger of live + (live+stacks+globals) *
-	// GOGC/100 and its minimum heap, 4 MiB * GOGC/100: the largest GOGC
-	// that keeps both within heapFloor, and never less than
-	// largeHeapPercent.
-	live, scan := v[0], v[0]+v[1]+v[2]
-	percent := largeHeapPercent
-	if live < heapFloor && scan > 0 {
-		percent = max(largeHeapPercent, min(100*heapFloor/runtimeHeapMinimum, int(100*(heapFloor-live)/scan)))
-	}
-	debug.SetGCPercent(percent)
-	return percent
+	debug.SetGCPercent(next)
+	return next
 }
 
 // tuneGCWhileServing tunes GOGC now and after every collection until the
@@ -84,7 +95,7 @@ func tuneGCWhileServing() (stop func()) {
 	if gcTuning.serves == 1 {
 		gcTuning.found = debug.SetGCPercent(100)
 		gcTuning.chain++
-		tuneGC()
+		gcTuning.percent = tuneGC(100)
 		armGCTune(gcTuning.chain)
 	}
 	var once sync.Once
@@ -105,6 +116,8 @@ var gcTuning struct {
 	sync.Mutex
 	serves int // serves tuning now
 	found  int // the GOGC the first of them found
+	// percent is the GOGC the tuning set last.
+	percent int
 	// chain numbers the finalizer chains: a chain whose serves all
 	// stopped ends at its next collection even when a new serve has
 	// started its own chain since.
@@ -123,7 +136,7 @@ func armGCTune(chain int) {
 		gcTuning.Lock()
 		defer gcTuning.Unlock()
 		if gcTuning.serves > 0 && gcTuning.chain == chain {
-			tuneGC()
+			gcTuning.percent = tuneGC(gcTuning.percent)
 			armGCTune(chain)
 		}
 	})

@@ -25,13 +25,13 @@ func TestTuneGC(t *testing.T) {
 		big[i] = 1
 	}
 	runtime.GC()
-	if got := tuneGC(); got != largeHeapPercent {
+	if got := tuneGC(100); got != largeHeapPercent {
 		t.Errorf("GOGC with a live heap of %d MiB = %d, want %d", len(big)>>20, got, largeHeapPercent)
 	}
 	runtime.KeepAlive(big)
 	big = nil
 	runtime.GC()
-	got := tuneGC()
+	got := tuneGC(largeHeapPercent)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	if got <= 100 {
