@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"firstmate.dev/fm/internal/launch"
 )
 
 // Signals and a closed stdout ([GRP-2], [RUN-2]).
@@ -54,16 +57,66 @@ func stopSignals() []os.Signal {
 // signalContext returns the context of one fm run: cancelled on a stop
 // signal, or by its cancel function (with a cause). SIGPIPE is taken for the
 // run's duration, so writes to a closed stdout or stderr return EPIPE.
-func signalContext() (context.Context, context.CancelCauseFunc, func()) {
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	ctx, cancel := context.WithCancelCause(ctx)
-	return ctx, cancel, func() {
+//
+// The signals are caught by a goroutine, alongside the rest of fm's
+// start-up: catching them takes ~0.3 ms (the runtime hands each to a
+// dedicated thread and waits for it; docs/performance.md, "Seventh
+// pass"). Until then a stop signal ends fm outright, as a crash would,
+// which is harmless while no package code runs; launch holds every
+// launch until they are caught (launch.AfterSignals), and fm writes
+// nothing to its stdout or stderr before (afterSignals): a write to a
+// closed pipe must fail with EPIPE, never end fm. The returned channel is
+// closed once they are caught. With restore, the returned stop gives the
+// signals their dispositions back before it returns; without, they stay
+// caught (for a process about to exit).
+func signalContext(restore bool) (context.Context, context.CancelCauseFunc, <-chan struct{}, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	caught := make(chan struct{})
+	launch.AfterSignals(caught)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		stops, pipe := make(chan os.Signal, 1), make(chan os.Signal, 1)
+		signal.Notify(stops, stopSignals()...)
+		signal.Notify(pipe, syscall.SIGPIPE)
+		close(caught)
+		select {
+		case sig := <-stops:
+			// Caught until stop: a second signal does not end fm
+			// while it stops its groups.
+			cancel(fmt.Errorf("%v signal received", sig))
+			<-done
+		case <-done:
+		}
+		if restore {
+			signal.Stop(pipe)
+			signal.Stop(stops)
+		}
+	}()
+	return ctx, cancel, caught, func() {
 		cancel(nil)
-		signal.Stop(pipe)
-		stop()
+		close(done)
+		if restore {
+			<-ended
+		}
 	}
+}
+
+// afterSignals returns w, writing only once caught is closed (see
+// signalContext).
+func afterSignals(w io.Writer, caught <-chan struct{}) io.Writer {
+	return &signalsFirst{w: w, caught: caught}
+}
+
+// signalsFirst is a writer that waits until the stop signals are caught.
+type signalsFirst struct {
+	w      io.Writer
+	caught <-chan struct{}
+}
+
+func (s *signalsFirst) Write(p []byte) (int, error) {
+	<-s.caught
+	return s.w.Write(p)
 }
 
 // stdoutGuard is a streaming verb's stdout: a write that fails with EPIPE
@@ -86,6 +139,9 @@ func (g *stdoutGuard) Write(p []byte) (int, error) {
 // function that ends the watch (and waits for it). Anything else (a file, a
 // terminal, a buffer) is not watched: a terminal's hangup comes as SIGHUP.
 func watchReader(w io.Writer, cancel context.CancelCauseFunc) func() {
+	if s, ok := w.(*signalsFirst); ok {
+		w = s.w
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return func() {}

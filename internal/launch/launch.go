@@ -248,12 +248,13 @@ type Pending struct {
 // record in phase group. It lets a host overlap the start-up of the barrier
 // (a whole fm process) with other work, such as revalidating the package or
 // running the handshake that must precede the invocation: the package's code
-// still runs only on Pending.Run. Its errors are Run's.
+// still runs only on Pending.Run. It first waits until the process catches
+// its stop signals (AfterSignals). Its errors are Run's.
 func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
+	if !awaitSignals(ctx) || ctx.Err() != nil {
 		return nil, s.interrupted(ctx)
 	}
 	if err := becomeSubreaper(); err != nil {
