@@ -23,11 +23,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
@@ -147,13 +145,9 @@ func Digest(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// digestRe is compiled on first use, not at start-up: the {64} repetition
-// alone costs every fm process, launch barriers included, tens of
-// microseconds before main.
-var digestRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
-
-// CheckDigest reports whether d is sha256:<64 lowercase hex>.
-func CheckDigest(d string) bool { return digestRe().MatchString(d) }
+// CheckDigest reports whether d is sha256:<64 lowercase hex>: the form of
+// a request id, checked by the one rule for it (wire.ValidRequestID).
+func CheckDigest(d string) bool { return wire.ValidRequestID(d) }
 
 // Hex returns the hex part of a sha256:<hex> digest.
 func Hex(d string) string { return strings.TrimPrefix(d, "sha256:") }
