@@ -21,8 +21,12 @@ import (
 // running invocation's exact process group is stopped and proved gone by the
 // launch supervision, and only then does fm exit. A hangup that killed fm outright would leave
 // its long polls running unsupervised and their owner records behind. A
-// SIGHUP (or SIGQUIT) that was ignored when fm started (nohup) stays
-// ignored: that operator asked fm to outlive the terminal.
+// SIGHUP that was ignored when fm started (nohup) stays ignored: that
+// operator asked fm to outlive the terminal. A SIGQUIT ignored at start
+// cannot be told apart: the Go runtime installs its own handler for QUIT
+// whatever disposition it inherits (it keeps an inherited SIG_IGN only for
+// HUP and INT), so signal.Ignored reports false and fm stops cleanly on it,
+// as it does on a QUIT that is not ignored, never with Go's stack dump.
 //
 // A write to a closed pipe on fd 1 or 2 raises SIGPIPE, which kills a Go
 // program outright. fm asks for SIGPIPE instead (signal.Notify, not
@@ -41,7 +45,8 @@ import (
 var errStdoutClosed = errors.New("stdout was closed")
 
 // stopSignals are the signals that stop fm cleanly: TERM, INT, and HUP and
-// QUIT unless they are ignored (signal.Notify would stop ignoring them).
+// QUIT unless they are ignored (signal.Notify would stop ignoring them; an
+// inherited SIG_IGN is seen for HUP only, see above).
 // QUIT (Ctrl-\ on a terminal) would otherwise make the Go runtime exit at
 // once with a stack dump, leaving the running groups unsupervised.
 func stopSignals() []os.Signal {

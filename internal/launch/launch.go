@@ -254,7 +254,7 @@ func Prepare(ctx context.Context, s Spec) (*Pending, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if !awaitSignals(ctx) || ctx.Err() != nil {
+	if !AwaitSignals(ctx) || ctx.Err() != nil {
 		return nil, s.interrupted(ctx)
 	}
 	if err := becomeSubreaper(); err != nil {

@@ -16,7 +16,9 @@ import (
 // thread and waits for it), so fm does it alongside the rest of its start-up
 // and says so with AfterSignals; every Prepare then waits for it before it
 // reserves an owner record, so no barrier (and no package code) ever starts
-// in a process that does not yet catch them.
+// in a process that does not yet catch them. Whatever else starts a process
+// that only fm's stop-signal handling stops (fm on's secondmate command, in
+// a process group of its own) waits for them too, with AwaitSignals.
 
 // signalsCaught is the channel given to AfterSignals last, nil when none was.
 var signalsCaught atomic.Pointer[<-chan struct{}]
@@ -27,9 +29,9 @@ var signalsCaught atomic.Pointer[<-chan struct{}]
 // replaces the channel; one that is never closed holds every launch.
 func AfterSignals(caught <-chan struct{}) { signalsCaught.Store(&caught) }
 
-// awaitSignals waits until the stop signals are caught (see AfterSignals)
+// AwaitSignals waits until the stop signals are caught (see AfterSignals)
 // or ctx is done, and reports whether they are.
-func awaitSignals(ctx context.Context) bool {
+func AwaitSignals(ctx context.Context) bool {
 	c := signalsCaught.Load()
 	if c == nil {
 		return true

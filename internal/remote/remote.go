@@ -110,6 +110,7 @@ import (
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/strictjson"
 )
 
@@ -308,6 +309,11 @@ func Run(ctx context.Context, r *Route, args []string, stdin []byte, timeout tim
 		ctx, cancel = context.WithTimeout(parent, timeout)
 	}
 	defer cancel()
+	// The command runs in a process group of its own, which only fm's
+	// stop-signal handling stops: it starts once they are caught.
+	if !launch.AwaitSignals(ctx) {
+		return nil, errcode.New(errcode.ProcessFailed, "fm on %s: interrupted", r.where())
+	}
 	cmd, err := r.command(ctx, args)
 	if err != nil {
 		return nil, err
