@@ -10,7 +10,7 @@ import (
 // Every fm process pays the initialisation of every package linked into
 // fm, and the launch barrier is an fm process on the path of every
 // invocation [GRP-1]. runtime/metrics builds a table of every metric and
-// GODEBUG setting when it initialises, ~0.3 ms of each start on these
+// GODEBUG setting when it initialises, 0.1-0.3 ms of each start on these
 // machines (docs/performance.md, "Seventh pass"), so fm does not link it:
 // serve's GC tuning reads runtime.MemStats instead.
 func TestStartupLinksNoMetricsTable(t *testing.T) {

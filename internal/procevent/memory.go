@@ -44,16 +44,16 @@ const maxPercent = 100 * heapFloor / runtimeHeapMinimum
 //
 // The live heap is not read from runtime/metrics: linking that package
 // costs every fm process, the launch barrier included, its initialisation
-// (a table of every metric, ~0.3 ms of each start on these machines,
+// (a table of every metric, 0.1-0.3 ms of each start on these machines,
 // docs/performance.md "Seventh pass"). It follows from the goal instead,
 // which runtime.MemStats gives: above its minimum (runtimeHeapMinimum
 // scaled by GOGC) the goal is live + scan*percent/100, where scan is the
 // live heap plus the stacks and globals the collection scanned. With the
 // stacks in use standing in for what was scanned besides the heap (as a
 // rule more: a goroutine's stack is in use whole, scanned only as deep as
-// it is used, so a step falls short of its mark rather than past it), scan = (goal + stacks) / (1 + percent/100), and
-// the GOGC that makes the goal heapFloor is percent + 100*(heapFloor -
-// goal)/scan. At the goal heapFloor that is percent itself, whatever the
+// it is used, so a step falls short of its mark rather than past it),
+// scan = (goal + stacks) / (1 + percent/100), and the GOGC that makes the
+// goal heapFloor is percent + 100*(heapFloor - goal)/scan. At the goal heapFloor that is percent itself, whatever the
 // estimate: the estimate sets only how fast the tuning gets there. A goal
 // at the minimum means a live heap small enough for maxPercent. A memory
 // limit (GOMEMLIMIT) can only lower the goal, and the runtime keeps to it
