@@ -18,10 +18,14 @@
 # every figure, one "name: value" line each (docs/performance.md has the
 # targets):
 #   digest-vs-sha256sum, bind-1000-vs-floor, bind-60m-vs-floor,
-#   invoke-vs-bare-exec, invoke-vs-design-floor, poll-node-overhead-ms,
-#   poll-node-overhead-loaded-ms (and, for comparison with earlier rounds,
-#   poll-node-files-floor-overhead-ms: the bare runs given the request file
-#   and /dev/null instead of pipes), serve-captures-per-second,
+#   invoke-vs-bare-exec, invoke-vs-design-floor, design-startups-ms (the
+#   floor's fm version + 2 barriers), the last two again under two busy loops
+#   (invoke-vs-design-floor-loaded, design-startups-loaded-ms),
+#   poll-node-overhead-ms, poll-node-overhead-loaded-ms (and, for comparison
+#   with earlier rounds, poll-node-files-floor-overhead-ms: the bare runs
+#   given the request file and /dev/null instead of pipes), the loaded/quiet
+#   ratios poll-node-loaded-vs-quiet and design-startups-loaded-vs-quiet,
+#   serve-captures-per-second,
 #   serve-cpu-per-child-cpu, serve-idle-cpu-percent, serve-idle-rss-kib,
 #   serve-idle-1000-rss-kib, serve-idle-1000-cpu-percent, serve-stop-1000-ms
 set -euo pipefail
@@ -39,7 +43,7 @@ summary=() # "name: value" lines, printed again at the end
 figure() {
 	echo "$1"
 	local l
-	while IFS= read -r l; do summary+=("$l"); done < <(sed 's/ (.*//' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve)-[a-z0-9-]+: -?[0-9.]+$')
+	while IFS= read -r l; do summary+=("$l"); done < <(sed 's/ (.*//' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve|design)-[a-z0-9-]+: -?[0-9.]+$')
 }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm-bench.XXXXXX")
@@ -142,6 +146,8 @@ else
 	section "the same call vs its design floor: fm version + 2 barriers (execve of a static exit) + 2 bare execs"
 	gcc "${floor_flags[@]}" -DFLOOR_EXIT -o "$tmp/exit0" internal/host/testdata/floor.c
 	figure "$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" design)"
+	section "the same with two busy loops competing for the two cores (what the design floor itself costs under load)"
+	figure "$(FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" -busy 2 -label loaded design)"
 
 	section "fm extension list, cold start (fresh process; target under 10 ms)"
 	FM_HOME=$home "$tmp/fmbench" -fm "$fmbin" -n "$ROUNDS" list
@@ -208,6 +214,19 @@ else
 	section "the same with two busy loops competing for the two cores"
 	figure "$(FM_HOME=$d/home "$tmp/fmbench" -fm "$fmbin" -adapter node-floor -n "$NODE_ROUNDS" -busy 2 -label poll-node-overhead-loaded invoke | grep -v '^invoke-vs-bare-exec' | sed 's/^poll-node-overhead-loaded-overhead-ms/poll-node-overhead-loaded-ms/')"
 fi
+
+# ratio <name> <numerator figure> <denominator figure>: one more summary line.
+ratio() {
+	local a b
+	a=$(printf '%s\n' "${summary[@]}" | sed -n "s/^$2: //p")
+	b=$(printf '%s\n' "${summary[@]}" | sed -n "s/^$3: //p")
+	[ -n "$a" ] && [ -n "$b" ] && summary+=("$1: $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')")
+	return 0
+}
+# Loaded over quiet: the Node call's overhead (target <= 2), and the same for
+# the start-ups the design mandates (fm version + 2 barriers), which bound it.
+ratio poll-node-loaded-vs-quiet poll-node-overhead-loaded-ms poll-node-overhead-ms
+ratio design-startups-loaded-vs-quiet design-startups-loaded-ms design-startups-ms
 
 section "summary (ratios are fm over its floor; see docs/performance.md for the targets)"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

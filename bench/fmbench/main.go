@@ -69,8 +69,8 @@ var (
 	files   = flag.Int("files", 1000, "bind: generated files")
 	size    = flag.Int("size", 113, "bind: bytes per generated file")
 	dirs    = flag.Int("dirs", 10, "bind: directories the generated files are spread over")
-	label   = flag.String("label", "", "the name (bind, invoke) or suffix (serve-idle) of the printed figures")
-	busy    = flag.Int("busy", 0, "invoke: busy loops (sh processes) competing for the CPU while it is timed")
+	label   = flag.String("label", "", "the name (bind, invoke) or suffix (serve-idle, design) of the printed figures")
+	busy    = flag.Int("busy", 0, "invoke, design, compare: busy loops (sh processes) competing for the CPU while it is timed")
 	exitBin = flag.String("exit", "", "design: a static binary that exits 0 at once")
 	floorIO = flag.String("floor-stdio", "pipes", "invoke, design: the streams of the bare execs of the entrypoint: pipes (as fm gives them) or files (the request file, /dev/null)")
 )
@@ -365,7 +365,8 @@ func releasedPipe() []*os.File {
 // timed here in the same round: one fm start-up (`fm version`), two launch
 // barriers (fm re-executed in its hidden mode, released at once, execve of a
 // static binary that exits at once: -exit), and the two bare execs of the
-// entrypoint (handshake, invoke).
+// entrypoint (handshake, invoke). With -busy the same runs against busy
+// loops; -label then suffixes the figures.
 func design(fm string) {
 	f := setup()
 	call := proc{
@@ -375,9 +376,26 @@ func design(fm string) {
 	version := proc{argv: []string{fm, "version"}, env: os.Environ()}
 	bar := proc{argv: []string{fm, launch.BarrierArg, *exitBin, "invoke"}, env: f.env, dir: f.dir, extra: releasedPipe}
 	hs, inv := f.bare("handshake"), f.bare("invoke")
-	as, bs, ratios := alternate(call.run, func() time.Duration { return seq(version, bar, bar, hs, inv) })
+	// The floor's start-ups (fm version and the two barriers) are also
+	// kept apart: they are the least that any call adds to its two execs of
+	// the entrypoint, so their figure quiet and under load bounds what the
+	// call's overhead can be.
+	var startups []time.Duration
+	floor := func() time.Duration {
+		s := seq(version, bar, bar)
+		startups = append(startups, s)
+		return s + seq(hs, inv)
+	}
+	defer busyLoops(*busy)()
+	as, bs, ratios := alternate(call.run, floor)
 	r := report("design", as, bs, ratios, "fm process-event", "design floor (fm version + 2 barriers + 2 bare execs)")
-	fmt.Printf("invoke-vs-design-floor: %.2f\n", r)
+	suffix := ""
+	if *label != "" {
+		suffix = "-" + *label
+	}
+	fmt.Printf("design: start-ups of the floor (fm version + 2 barriers): %s\n", summarise(startups))
+	fmt.Printf("invoke-vs-design-floor%s: %.2f\n", suffix, r)
+	fmt.Printf("design-startups%s-ms: %.2f\n", suffix, float64(summarise(startups).med)/1e6)
 }
 
 // compare: one process-event call by fm against one by fm2, alternately (for
@@ -389,6 +407,7 @@ func compare(fm, fm2 string) {
 			env:  os.Environ(), want: 75,
 		}
 	}
+	defer busyLoops(*busy)()
 	as, bs, ratios := alternate(call(fm).run, call(fm2).run)
 	report("compare", as, bs, ratios, fm, fm2)
 }
