@@ -286,15 +286,33 @@ func (p *Pending) Replace(name string) error {
 // existing name, which ext4 (auto_da_alloc) answers by allocating the new
 // file's blocks at once (see launch's record publish for what that costs).
 // Where name is absent or the file system cannot exchange, it is Replace.
-func (p *Pending) Exchange(name string) error { return p.exchange(name, false) }
+func (p *Pending) Exchange(name string) error { return p.exchange(name, unlinkOld) }
 
 // ExchangeKeeping is Exchange that keeps the old file as a spare of the
 // directory (see "Spare files") rather than unlinking it, where this
 // process keeps spares there. Only for files whose readers cannot take a
 // reused file's bytes for the old name's (see "Spare files").
-func (p *Pending) ExchangeKeeping(name string) error { return p.exchange(name, true) }
+func (p *Pending) ExchangeKeeping(name string) error { return p.exchange(name, keepSpare) }
 
-func (p *Pending) exchange(name string, keep bool) error {
+// ExchangeLeaving is Exchange that leaves the old file at the temp name,
+// for a file with a fixed temp name (NewOptions.Temp) that only writers
+// holding one lock touch: the next write reuses it there (NewOptions.Reuse)
+// instead of allocating an inode, as a spare (see "Spare files"), and the
+// writer after a crash finds at worst the old bytes there. Only for files
+// read by ReadPrivateAt.
+func (p *Pending) ExchangeLeaving(name string) error { return p.exchange(name, leaveOld) }
+
+// oldFile is what exchange does with the old file, once it is at the temp
+// name.
+type oldFile int
+
+const (
+	unlinkOld oldFile = iota
+	keepSpare         // into the directory's pool of spares
+	leaveOld          // at the temp name
+)
+
+func (p *Pending) exchange(name string, old oldFile) error {
 	if err := p.finish(); err != nil {
 		p.Abort()
 		return err
@@ -305,14 +323,16 @@ func (p *Pending) exchange(name string, keep bool) error {
 	}
 	switch err := Exchange(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err {
 	case nil:
-		if !keep {
+		if old == unlinkOld {
 			p.Abort() // unlinks the old file, now at the temp name
 			return p.syncDirs()
 		}
-		old := p.tmp
+		tmp := p.tmp
 		p.tmp = ""
 		err = p.done()
-		sparesOf(p.dir).keep(p.dir, old)
+		if old == keepSpare {
+			sparesOf(p.dir).keep(p.dir, tmp)
+		}
 		return err
 	case unix.ENOENT, unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
 		return p.Replace(name)

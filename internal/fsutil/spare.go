@@ -55,12 +55,20 @@ import (
 // (one-shot commands, whose spares would outlive them until a sweep), works
 // as before: a new file per write, an unlink per removal.
 
-// spareMax bounds the spares kept per directory.
-const spareMax = 128
+// spareMax bounds the spares kept per directory. It is sized for a burst:
+// a serve whose sources answer at once retires one pending marker per
+// source, and one or two owner records per poll, within milliseconds and
+// before the next writes take them back, and a pool smaller than the burst
+// unlinks the rest: inodes that every create for the next ~30 s searches
+// past. 128 spares unlinked about one pending marker in three at 200
+// sources (docs/performance.md, "Eighth pass").
+const spareMax = 1024
 
 // spareSize bounds the size of a file kept as a spare: bigger ones (a
-// result, say) are unlinked, so spares never hold much disk.
-const spareSize = 64 << 10
+// result, say) are unlinked, so spares never hold much disk: a full pool
+// holds at most 4 MiB. Every file that is kept (an owner record, a
+// sequence counter, a pending marker) is well under one block.
+const spareSize = 4 << 10
 
 // sparePool is the pool of spare files of one directory in this process.
 type sparePool struct {

@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,5 +298,45 @@ func TestRetireKeepsOnlyFiles(t *testing.T) {
 	}
 	if got := names(t, dir); !slices.Equal(got, []string{"planted"}) {
 		t.Fatalf("left %q, want only the planted directory", got)
+	}
+}
+
+// A serve whose sources answer at once retires one pending marker per
+// source (and owner records per poll) within milliseconds, before the next
+// writes take them back. The pool keeps a burst of 1,000 whole, so none of
+// those files is unlinked (an unlinked inode is one every create for the
+// next ~30 s searches past on ext4 without a journal), and never more than
+// spareMax: the rest of a larger burst is unlinked.
+func TestSparePoolKeepsABurst(t *testing.T) {
+	t.Parallel()
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	done := KeepSpares(dir, nil)
+	defer done()
+	retire := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			name := fmt.Sprintf("s%04d.pending", i)
+			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if removed, err := RetireAt(d, name); err != nil || !removed {
+				t.Fatalf("retire %s: %v %v", name, removed, err)
+			}
+		}
+	}
+	retire(0, 1000)
+	if n := len(names(t, dir)); n != 1000 {
+		t.Fatalf("after a burst of 1,000: %d spares kept, want all of them", n)
+	}
+	retire(1000, spareMax+3)
+	kept := names(t, dir)
+	if len(kept) != spareMax {
+		t.Fatalf("%d spares kept, want spareMax (%d)", len(kept), spareMax)
+	}
+	for _, n := range kept {
+		if !IsTempName(n) {
+			t.Fatalf("%s: not a spare", n)
+		}
 	}
 }
