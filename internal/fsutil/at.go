@@ -123,16 +123,34 @@ var ErrNotSpare = errors.New("not a reusable file")
 // written when it is published: on ext4 a file truncated to nothing and
 // written again gets its blocks allocated at close (auto_da_alloc), which
 // is what reusing a file of the page cache is meant to spare.
+//
+// The name is looked at (statx, links not followed) before it is opened,
+// and only a regular file that is not the root of a mount is opened: a
+// spare's name may be a fixed one (the wake queue's mark keeps its old file
+// at .wake-queue.seq.new), and whatever was planted there must be neither
+// opened nor written through. An open for writing hangs up the reader of a
+// FIFO and may act on a device, and a file bind-mounted at the name would
+// be overwritten. The file opened must be the one looked at (a swap in
+// between is ErrNotSpare). Where statx fails (a kernel before 4.11) no
+// file is reused: every write creates one, as without spares.
 func openSpare(d int, name string, mode uint32) (int, int64, error) {
+	var sx unix.Statx_t
+	if err := unix.Statx(d, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO, &sx); err != nil {
+		return -1, 0, err
+	}
+	if sx.Mode&unix.S_IFMT != unix.S_IFREG || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return -1, 0, ErrNotSpare
+	}
 	fd, err := unix.Openat(d, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err == unix.ELOOP || err == unix.ENXIO {
-		return -1, 0, ErrNotSpare // a symbolic link; a FIFO or socket
+		return -1, 0, ErrNotSpare // swapped for a symbolic link, a FIFO or socket
 	}
 	if err != nil {
 		return -1, 0, err
 	}
 	var st unix.Stat_t
-	if err = unix.Fstat(fd, &st); err == nil && (st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != mode) {
+	if err = unix.Fstat(fd, &st); err == nil && (st.Ino != sx.Ino || st.Dev != unix.Mkdev(sx.Dev_major, sx.Dev_minor) ||
+		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != mode) {
 		err = ErrNotSpare
 	}
 	// A reader that opened the file at its earlier name may still be

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ino returns the inode number of path.
@@ -338,5 +340,54 @@ func TestSparePoolKeepsABurst(t *testing.T) {
 		if !IsTempName(n) {
 			t.Fatalf("%s: not a spare", n)
 		}
+	}
+}
+
+// [WAKE-1] A spare is reused only if its name holds a plain file that is
+// not the root of a mount, looked at before it is opened: a FIFO planted at
+// a fixed spare name (the wake queue's mark keeps its old file at one) is
+// not opened, which would hang up its reader, and a file bind-mounted there
+// (as root) is not written through. Both are ErrNotSpare.
+func TestReuseOpensOnlyAPlainFile(t *testing.T) {
+	t.Parallel()
+	dir := privateDir(t)
+	d := pinDir(t, dir, DirRule{Perm: Exact0700})
+	spare := filepath.Join(dir, "spare")
+	if err := unix.Mkfifo(spare, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(spare, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if p, err := NewAt(d, NewOptions{Temp: "spare", Reuse: true}); !errors.Is(err, ErrNotSpare) {
+		t.Fatalf("reuse of a FIFO: %v %v", p, err)
+	}
+	// A FIFO's reader is hung up once a writer opened and closed it.
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if _, err := unix.Poll(fds, 0); err != nil || fds[0].Revents&unix.POLLHUP != 0 {
+		t.Fatalf("the FIFO was opened for writing (%v)", err)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	os.Remove(spare)
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(target, []byte("precious\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(spare, nil, 0o600)
+	if err := unix.Mount(target, spare, "", unix.MS_BIND, ""); err != nil {
+		t.Skip("no bind mount here:", err)
+	}
+	defer unix.Unmount(spare, unix.MNT_DETACH)
+	p, err := NewAt(d, NewOptions{Temp: "spare", Reuse: true})
+	if err == nil {
+		p.Write([]byte("2\n"))
+		p.Abort()
+	}
+	if got, _ := os.ReadFile(target); !errors.Is(err, ErrNotSpare) || string(got) != "precious\n" {
+		t.Fatalf("reuse of a file mounted at the name: %v, the file now holds %q", err, got)
 	}
 }

@@ -224,3 +224,60 @@ func TestAppendsRacingCompaction(t *testing.T) {
 		t.Fatal("no compaction ran during the appends")
 	}
 }
+
+// [WAKE-1] [WAKE-2] Readers racing compactions never fail: a compaction
+// renames a new queue over the one a reader may just have opened, and the
+// reader then holds a file with no link left. wake.Exhausted (which a
+// runner calls before every poll), ReadStats (fm doctor), List (fm wake
+// list) and Recent (a serve's reminders) read the queue now at the name
+// instead of refusing it as a hard-linked one ("has 0 hard links").
+func TestReadersRacingCompaction(t *testing.T) {
+	dir, state := wake.StateDir(t)
+	for i := range 20 {
+		if _, err := wake.Append(context.Background(), state, "check", fmt.Sprint("k", i), "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	compacted := make(chan int)
+	go func() {
+		n := 0
+		defer func() { compacted <- n }()
+		for ; n < 400; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := wake.Compact(context.Background(), state, 1000, func(string) bool { return true }); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	reads := 0
+	for done := false; !done; reads++ {
+		select {
+		case n := <-compacted:
+			t.Logf("%d reads across %d compactions", reads, n)
+			done = true
+			continue
+		default:
+		}
+		err := wake.Exhausted(state)
+		if err == nil {
+			_, err = wake.ReadStats(dir)
+		}
+		if err == nil {
+			_, err = wake.List(dir, 0)
+		}
+		if err == nil {
+			err = wake.Recent(dir, func(wake.Wake) bool { return true })
+		}
+		if err != nil {
+			close(stop)
+			<-compacted
+			t.Fatalf("read %d racing compactions: %v", reads, err)
+		}
+	}
+}

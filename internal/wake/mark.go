@@ -30,7 +30,10 @@ import (
 // reader (readMark: fsutil.ReadPrivateAt) still reading that file makes the
 // writer create a new one instead; a writer killed midway leaves at worst
 // a markTemp holding part of a mark, which no one reads and the next
-// writer overwrites.
+// writer overwrites. Whatever else is at markTemp is never opened (see
+// fsutil's openSpare) but removed, and what cannot be removed (a planted
+// directory, a mount point) is left there and the mark written as an
+// unnamed file instead, so that it stops no append.
 
 // MarkName is the high-water mark's name inside the state root.
 const MarkName = ".wake-queue.seq"
@@ -77,13 +80,21 @@ func FormatMark(seq int64) []byte { return []byte(strconv.FormatInt(seq, 10) + "
 func writeMark(state *os.File, seq int64) error {
 	display := filepath.Join(state.Name(), MarkName)
 	p, err := fsutil.NewAt(state, fsutil.NewOptions{Temp: markTemp, Reuse: true})
+	publish := (*fsutil.Pending).ExchangeLeaving
 	if err != nil {
 		// No earlier mark at markTemp, or none fit to reuse: a new file.
 		p, err = fsutil.NewAt(state, fsutil.NewOptions{Temp: markTemp, Stale: true})
 	}
+	if err != nil {
+		// markTemp holds what cannot be removed (a directory, a mount
+		// point): an unnamed file, exchanged and the old mark unlinked,
+		// as every other file of fm is written.
+		p, err = fsutil.NewAt(state, fsutil.NewOptions{})
+		publish = (*fsutil.Pending).Exchange
+	}
 	if err == nil {
 		if _, err = p.Write(FormatMark(seq)); err == nil {
-			err = p.ExchangeLeaving(MarkName)
+			err = publish(p, MarkName)
 		}
 		p.Abort()
 	}

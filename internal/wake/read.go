@@ -76,7 +76,7 @@ func List(stateDir string, after int64) ([]Wake, error) {
 
 // Each is List without holding the wakes: it calls fn with each in turn.
 func Each(stateDir string, after int64, fn func(Wake) error) error {
-	f, err := open(stateDir)
+	f, _, err := open(stateDir)
 	if f == nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func ReadStats(stateDir string) (Stats, error) {
 	if st.Mark, err = readMark(dir); err != nil {
 		return st, err
 	}
-	f, err := openAt(dir)
+	f, _, err := openAt(dir)
 	if f == nil {
 		return st, err
 	}
@@ -137,15 +137,11 @@ func ReadStats(stateDir string) (Stats, error) {
 // stops at the first wake older than what it needs reads only the queue's
 // recent tail, however long its history.
 func Recent(stateDir string, fn func(Wake) bool) error {
-	f, err := open(stateDir)
+	f, size, err := open(stateDir)
 	if f == nil {
 		return err
 	}
 	defer f.Close()
-	size, err := check(f)
-	if err != nil {
-		return err
-	}
 	_, err = backwards(f, size, fn)
 	return err
 }
@@ -272,7 +268,7 @@ func Watch(ctx context.Context, stateDir string, after int64, emit func(Wake) er
 	for {
 		if f == nil {
 			var err error
-			if f, err = open(stateDir); err != nil {
+			if f, _, err = open(stateDir); err != nil {
 				return err
 			}
 			offset, tail, tailEnd, ino = 0, nil, 0, inode(f)

@@ -475,3 +475,127 @@ func TestMarkFileReused(t *testing.T) {
 		t.Fatalf("mark after a held spare: %d %v", n, err)
 	}
 }
+
+// [WAKE-1] Whatever is planted at markTemp (where the mark's previous file
+// waits to be reused) is never opened nor written through, never makes the
+// mark wrong, and never stops an append: a FIFO a reader holds open (an
+// open for writing would hang up its reader), a symbolic link, a hard link
+// to another file, a 0644 file, a huge file, a directory that cannot be
+// unlinked and, as root, a device node, a file of another user and a file
+// bind-mounted there (an open for writing would write the file mounted).
+func TestMarkTempPlanted(t *testing.T) {
+	root := os.Geteuid() == 0
+	for _, tc := range []struct {
+		name  string
+		root  bool
+		plant func(t *testing.T, dir, temp string) (check func(t *testing.T))
+	}{
+		{name: "fifo with a reader", plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			if err := unix.Mkfifo(temp, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := unix.Open(temp, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { unix.Close(fd) })
+			return func(t *testing.T) {
+				// A FIFO's reader is hung up once a writer opened and closed it.
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				if _, err := unix.Poll(fds, 0); err != nil {
+					t.Fatal(err)
+				}
+				if fds[0].Revents&unix.POLLHUP != 0 {
+					t.Fatal("the planted FIFO was opened for writing")
+				}
+			}
+		}},
+		{name: "symlink", plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			target := filepath.Join(dir, "target")
+			writeRaw(t, target, "precious\n")
+			os.Symlink(target, temp)
+			return unchanged(target, "precious\n")
+		}},
+		{name: "hard link", plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			target := filepath.Join(dir, "target")
+			writeRaw(t, target, "precious\n")
+			os.Link(target, temp)
+			return unchanged(target, "precious\n")
+		}},
+		{name: "0644 file", plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			writeRaw(t, temp, "precious\n")
+			os.Chmod(temp, 0o644)
+			return func(*testing.T) {}
+		}},
+		{name: "huge file", plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			writeRaw(t, temp, "")
+			os.Truncate(temp, 1<<40)
+			return func(*testing.T) {}
+		}},
+		{name: "directory", plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			os.Mkdir(temp, 0o700)
+			writeRaw(t, filepath.Join(temp, "inside"), "precious\n")
+			return unchanged(filepath.Join(temp, "inside"), "precious\n")
+		}},
+		{name: "device", root: true, plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			if err := unix.Mknod(temp, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+				t.Skip("no mknod here:", err)
+			}
+			return func(*testing.T) {}
+		}},
+		{name: "foreign owner", root: true, plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			writeRaw(t, temp, "precious\n")
+			os.Chown(temp, 65534, 65534)
+			return func(*testing.T) {}
+		}},
+		{name: "bind mount", root: true, plant: func(t *testing.T, dir, temp string) func(t *testing.T) {
+			target := filepath.Join(t.TempDir(), "target")
+			writeRaw(t, target, "precious\n")
+			writeRaw(t, temp, "")
+			if err := unix.Mount(target, temp, "", unix.MS_BIND, ""); err != nil {
+				t.Skip("no bind mount here:", err)
+			}
+			t.Cleanup(func() { unix.Unmount(temp, unix.MNT_DETACH) })
+			return unchanged(target, "precious\n")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && !root {
+				t.Skip("needs root")
+			}
+			dir, state := stateDir(t)
+			temp := filepath.Join(dir, markTemp)
+			appendN(t, state, 2)
+			if err := os.Remove(temp); err != nil {
+				t.Fatal(err)
+			}
+			check := tc.plant(t, dir, temp)
+			for i := range 3 {
+				w, err := Append(context.Background(), state, "check", "k", "p")
+				check(t)
+				if err != nil || w.Seq != int64(3+i) {
+					t.Fatalf("append %d past the planted %s: %+v %v", i, tc.name, w, err)
+				}
+				if n, err := readMark(state); err != nil || n != w.Seq {
+					t.Fatalf("mark after append %d: %d %v", i, n, err)
+				}
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if n := e.Name(); n != FileName && n != MarkName && n != markTemp && n != "target" {
+					t.Fatalf("left behind: %s", n)
+				}
+			}
+		})
+	}
+}
+
+// unchanged checks that the file at path still holds want.
+func unchanged(path, want string) func(t *testing.T) {
+	return func(t *testing.T) {
+		t.Helper()
+		if got, err := os.ReadFile(path); err != nil || string(got) != want {
+			t.Fatalf("%s was written through: %q %v", path, got, err)
+		}
+	}
+}

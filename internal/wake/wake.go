@@ -137,7 +137,7 @@ func exhausted(path string, top int64) error {
 // than capturing a result it cannot announce. It takes no lock: Append
 // checks again under it.
 func Exhausted(state *os.File) error {
-	f, err := openAt(state)
+	f, size, err := openAt(state)
 	if f == nil || err != nil {
 		if err == nil {
 			_, _, _, err = next(state, nil, 0, 1)
@@ -145,10 +145,6 @@ func Exhausted(state *os.File) error {
 		return err
 	}
 	defer f.Close()
-	size, err := check(f)
-	if err != nil {
-		return err
-	}
 	_, _, _, err = next(state, f, size, 1)
 	return err
 }
@@ -234,15 +230,15 @@ func Parse(line string) (w Wake, ok bool) {
 	return Wake{Time: t, Seq: s, Kind: f[2], Key: f[3], Payload: f[4]}, true
 }
 
-// open opens the queue in the state root stateDir for reading; (nil, nil)
-// means it does not exist.
-func open(stateDir string) (*os.File, error) {
+// open opens the queue in the state root stateDir for reading and returns
+// it with its size; a nil file means it does not exist.
+func open(stateDir string) (*os.File, int64, error) {
 	path := filepath.Join(stateDir, FileName)
 	return openRead(unix.AT_FDCWD, path, path)
 }
 
 // openAt is open relative to the state directory handle state.
-func openAt(state *os.File) (*os.File, error) {
+func openAt(state *os.File) (*os.File, int64, error) {
 	return openRead(int(state.Fd()), FileName, filepath.Join(state.Name(), FileName))
 }
 
@@ -250,21 +246,35 @@ func openAt(state *os.File) (*os.File, error) {
 // never follows a link (O_NONBLOCK|O_NOFOLLOW): a FIFO or device planted at
 // the queue's name would otherwise block the open until a writer came, which
 // no signal interrupts. check then requires a regular file on the open
-// descriptor before anything is read.
-func openRead(dirfd int, name, display string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	switch {
-	case err == unix.ENOENT:
-		return nil, nil
-	case err == unix.ELOOP:
-		return nil, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
-	case err != nil:
-		return nil, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
+// descriptor before anything is read. A file with no link left was replaced
+// since it was opened (a compaction renames the new queue over it), and the
+// file now at the name is opened instead, at most reopenBound times.
+func openRead(dirfd int, name, display string) (*os.File, int64, error) {
+	for range reopenBound {
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		switch {
+		case err == unix.ENOENT:
+			return nil, 0, nil
+		case err == unix.ELOOP:
+			return nil, 0, errcode.New(errcode.LinkUnsafe, "wake queue %q is a symlink; remove it", display)
+		case err != nil:
+			return nil, 0, errcode.Wrap(errcode.Internal, err, "open wake queue %q", display)
+		}
+		f := os.NewFile(uintptr(fd), display)
+		size, err := check(f)
+		if err != nil {
+			var st unix.Stat_t
+			replaced := errcode.Is(err, errcode.LinkUnsafe) && unix.Fstat(fd, &st) == nil && st.Nlink == 0
+			f.Close()
+			if replaced {
+				continue
+			}
+			return nil, 0, err
+		}
+		return f, size, nil
 	}
-	f := os.NewFile(uintptr(fd), display)
-	if _, err := check(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return nil, 0, errcode.New(errcode.Internal, "wake queue %q kept being replaced while it was opened (%d times); retry", display, reopenBound)
 }
+
+// reopenBound bounds how often openRead opens the queue again.
+const reopenBound = 100
