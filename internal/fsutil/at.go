@@ -126,11 +126,10 @@ var ErrNotSpare = errors.New("not a reusable file")
 //
 // The name is looked at (statx, links not followed) before it is opened,
 // and only a regular file that is not the root of a mount is opened: a
-// spare's name may be a fixed one (the wake queue's mark keeps its old file
-// at .wake-queue.seq.new), and whatever was planted there must be neither
-// opened nor written through. An open for writing hangs up the reader of a
-// FIFO and may act on a device, and a file bind-mounted at the name would
-// be overwritten. The file opened must be the one looked at (a swap in
+// spare waits under its name in a directory that others can write to, and
+// whatever was put there in its place must be neither opened nor written
+// through. An open for writing hangs up the reader of a FIFO and may act on
+// a device, and a file bind-mounted at the name would be overwritten. The file opened must be the one looked at (a swap in
 // between is ErrNotSpare). Where statx fails (a kernel before 4.11) no
 // file is reused: every write creates one, as without spares.
 func openSpare(d int, name string, mode uint32) (int, int64, error) {
@@ -304,33 +303,15 @@ func (p *Pending) Replace(name string) error {
 // existing name, which ext4 (auto_da_alloc) answers by allocating the new
 // file's blocks at once (see launch's record publish for what that costs).
 // Where name is absent or the file system cannot exchange, it is Replace.
-func (p *Pending) Exchange(name string) error { return p.exchange(name, unlinkOld) }
+func (p *Pending) Exchange(name string) error { return p.exchange(name, false) }
 
 // ExchangeKeeping is Exchange that keeps the old file as a spare of the
 // directory (see "Spare files") rather than unlinking it, where this
 // process keeps spares there. Only for files whose readers cannot take a
 // reused file's bytes for the old name's (see "Spare files").
-func (p *Pending) ExchangeKeeping(name string) error { return p.exchange(name, keepSpare) }
+func (p *Pending) ExchangeKeeping(name string) error { return p.exchange(name, true) }
 
-// ExchangeLeaving is Exchange that leaves the old file at the temp name,
-// for a file with a fixed temp name (NewOptions.Temp) that only writers
-// holding one lock touch: the next write reuses it there (NewOptions.Reuse)
-// instead of allocating an inode, as a spare (see "Spare files"), and the
-// writer after a crash finds at worst the old bytes there. Only for files
-// read by ReadPrivateAt.
-func (p *Pending) ExchangeLeaving(name string) error { return p.exchange(name, leaveOld) }
-
-// oldFile is what exchange does with the old file, once it is at the temp
-// name.
-type oldFile int
-
-const (
-	unlinkOld oldFile = iota
-	keepSpare         // into the directory's pool of spares
-	leaveOld          // at the temp name
-)
-
-func (p *Pending) exchange(name string, old oldFile) error {
+func (p *Pending) exchange(name string, keep bool) error {
 	if err := p.finish(); err != nil {
 		p.Abort()
 		return err
@@ -341,16 +322,14 @@ func (p *Pending) exchange(name string, old oldFile) error {
 	}
 	switch err := Exchange(int(p.dir.Fd()), p.tmp, int(p.to.Fd()), name); err {
 	case nil:
-		if old == unlinkOld {
+		if !keep {
 			p.Abort() // unlinks the old file, now at the temp name
 			return p.syncDirs()
 		}
-		tmp := p.tmp
+		old := p.tmp
 		p.tmp = ""
 		err = p.done()
-		if old == keepSpare {
-			sparesOf(p.dir).keep(p.dir, tmp)
-		}
+		sparesOf(p.dir).keep(p.dir, old)
 		return err
 	case unix.ENOENT, unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
 		return p.Replace(name)

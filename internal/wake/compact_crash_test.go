@@ -127,14 +127,13 @@ func TestCompactKilledAtRandomPoints(t *testing.T) {
 	if got, err := wake.Append(context.Background(), dir, "check", "k", "p"); err != nil || got.Seq != n+1 {
 		t.Fatalf("the next wake after the kills: %+v %v", got, err)
 	}
-	// A stale temporary file of a killed compaction is removed by the next;
-	// the mark's previous file stays at MarkTemp, for the next write.
+	// A stale temporary file of a killed compaction is removed by the next.
 	if out, err := compact().CombinedOutput(); err != nil {
 		t.Fatalf("compact: %v %s", err, out)
 	}
 	names, _ := filepath.Glob(filepath.Join(state, ".wake-queue*"))
 	for _, p := range names {
-		if base := filepath.Base(p); base != wake.FileName && base != wake.MarkName && base != wake.MarkTemp {
+		if base := filepath.Base(p); base != wake.FileName && base != wake.MarkName {
 			t.Fatalf("left behind: %s", base)
 		}
 	}

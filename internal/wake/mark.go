@@ -20,20 +20,19 @@ import (
 // queue-seq ever written and the next queue-seq, one more than the greater of
 // the mark and the queue's last line, exceeds every earlier one even after
 // the queue file was removed, truncated or compacted. The mark is replaced
-// whole: written to markTemp, fsynced, exchanged with the mark
-// (renameat2(RENAME_EXCHANGE), a rename over the mark where there is none),
-// and the directory fsynced. markTemp is only ever touched under the queue's
-// lock. The old mark stays there, and the next write reuses that file
-// (fsutil.NewOptions.Reuse): a serve raising the mark at every group commit
-// neither allocates nor frees an inode for it, which on ext4 without a
-// journal every later create would pay for (fsutil: "Spare files"). A
-// reader (readMark: fsutil.ReadPrivateAt) still reading that file makes the
-// writer create a new one instead; a writer killed midway leaves at worst
-// a markTemp holding part of a mark, which no one reads and the next
-// writer overwrites. Whatever else is at markTemp is never opened (see
-// fsutil's openSpare) but removed, and what cannot be removed (a planted
-// directory, a mount point) is left there and the mark written as an
-// unnamed file instead, so that it stops no append.
+// whole: written to markTemp, fsynced, renamed over the mark, and the
+// directory fsynced; markTemp is only ever touched under the queue's lock, so
+// a writer killed midway leaves at worst a stale markTemp that the next
+// writer removes. What cannot be removed there (a planted directory, a mount
+// point) is left alone and the mark written as an unnamed file instead, so
+// that it stops no append.
+//
+// The mark's file is never reused (fsutil: "Spare files"), though a serve
+// raising it at every group commit frees an inode each time: the file is
+// documented to operators, whose scripts (and an earlier implementation's
+// readers) read it without the lock that a reused file needs, and would now
+// and then read one half rewritten (the hostile review saw it once in 14
+// million plain reads).
 
 // MarkName is the high-water mark's name inside the state root.
 const MarkName = ".wake-queue.seq"
@@ -79,22 +78,15 @@ func FormatMark(seq int64) []byte { return []byte(strconv.FormatInt(seq, 10) + "
 // the queue's lock.
 func writeMark(state *os.File, seq int64) error {
 	display := filepath.Join(state.Name(), MarkName)
-	p, err := fsutil.NewAt(state, fsutil.NewOptions{Temp: markTemp, Reuse: true})
-	publish := (*fsutil.Pending).ExchangeLeaving
-	if err != nil {
-		// No earlier mark at markTemp, or none fit to reuse: a new file.
-		p, err = fsutil.NewAt(state, fsutil.NewOptions{Temp: markTemp, Stale: true})
-	}
+	p, err := fsutil.NewAt(state, fsutil.NewOptions{Temp: markTemp, Stale: true})
 	if err != nil {
 		// markTemp holds what cannot be removed (a directory, a mount
-		// point): an unnamed file, exchanged and the old mark unlinked,
-		// as every other file of fm is written.
+		// point): an unnamed file, as every other file of fm is written.
 		p, err = fsutil.NewAt(state, fsutil.NewOptions{})
-		publish = (*fsutil.Pending).Exchange
 	}
 	if err == nil {
 		if _, err = p.Write(FormatMark(seq)); err == nil {
-			err = publish(p, MarkName)
+			err = p.Replace(MarkName)
 		}
 		p.Abort()
 	}

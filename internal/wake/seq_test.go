@@ -3,13 +3,11 @@ package wake
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -418,67 +416,9 @@ func BenchmarkLastSeq(b *testing.B) {
 	}
 }
 
-// [WAKE-1] The mark's file is reused rather than replaced by a new one:
-// each append writes the file kept at markTemp and exchanges it with the
-// mark, so from the second append on two files serve every write and no
-// inode is allocated or freed per wake (fsutil: "Spare files"). A reader
-// still holding the file at markTemp (readMark's shared lock, taken when it
-// was the mark) makes the writer use a new file, and what the reader holds
-// is left as it was. The mark is always the last queue-seq given.
-func TestMarkFileReused(t *testing.T) {
-	dir, state := stateDir(t)
-	mark, temp := filepath.Join(dir, MarkName), filepath.Join(dir, markTemp)
-	inode := func(path string) uint64 {
-		t.Helper()
-		info, err := os.Lstat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.Sys().(*syscall.Stat_t).Ino
-	}
-	appendN(t, state, 2)
-	files := map[uint64]bool{inode(mark): true, inode(temp): true}
-	for i := range 6 {
-		before := inode(temp)
-		appendN(t, state, 1)
-		if got := inode(mark); got != before {
-			t.Fatalf("append %d: the mark is inode %d, not the kept file %d", i, got, before)
-		}
-		if !files[inode(mark)] || !files[inode(temp)] {
-			t.Fatalf("append %d: a new file was made (%d, %d; kept %v)", i, inode(mark), inode(temp), files)
-		}
-		if n, err := readMark(state); err != nil || n != int64(3+i) {
-			t.Fatalf("append %d: mark %d %v", i, n, err)
-		}
-	}
-
-	// A reader of the old mark holds the file now at markTemp.
-	held, err := os.Open(temp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	was, _ := os.ReadFile(temp)
-	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
-	if err := unix.FcntlFlock(held.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
-		t.Fatal(err)
-	}
-	heldIno := inode(temp)
-	appendN(t, state, 1)
-	if inode(mark) == heldIno {
-		t.Fatal("the writer rewrote the file a reader holds")
-	}
-	if got, _ := io.ReadAll(io.NewSectionReader(held, 0, 64)); string(got) != string(was) {
-		t.Fatalf("the held file changed: %q, was %q", got, was)
-	}
-	if n, err := readMark(state); err != nil || n != 9 {
-		t.Fatalf("mark after a held spare: %d %v", n, err)
-	}
-}
-
-// [WAKE-1] Whatever is planted at markTemp (where the mark's previous file
-// waits to be reused) is never opened nor written through, never makes the
-// mark wrong, and never stops an append: a FIFO a reader holds open (an
+// [WAKE-1] Whatever is planted at markTemp (the mark's fixed temporary
+// name) is never opened nor written through, never makes the mark wrong,
+// and never stops an append: a FIFO a reader holds open (an
 // open for writing would hang up its reader), a symbolic link, a hard link
 // to another file, a 0644 file, a huge file, a directory that cannot be
 // unlinked and, as root, a device node, a file of another user and a file
@@ -566,9 +506,6 @@ func TestMarkTempPlanted(t *testing.T) {
 			dir, state := stateDir(t)
 			temp := filepath.Join(dir, markTemp)
 			appendN(t, state, 2)
-			if err := os.Remove(temp); err != nil {
-				t.Fatal(err)
-			}
 			check := tc.plant(t, dir, temp)
 			for i := range 3 {
 				w, err := Append(context.Background(), state, "check", "k", "p")
