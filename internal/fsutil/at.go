@@ -129,9 +129,10 @@ var ErrNotSpare = errors.New("not a reusable file")
 // spare waits under its name in a directory that others can write to, and
 // whatever was put there in its place must be neither opened nor written
 // through. An open for writing hangs up the reader of a FIFO and may act on
-// a device, and a file bind-mounted at the name would be overwritten. The file opened must be the one looked at (a swap in
-// between is ErrNotSpare). Where statx fails (a kernel before 4.11) no
-// file is reused: every write creates one, as without spares.
+// a device, and a file bind-mounted at the name would be overwritten. The
+// file opened must be the one looked at (a swap in between is
+// ErrNotSpare). Where statx fails (a kernel before 4.11) no file is
+// reused: every write creates one, as without spares.
 func openSpare(d int, name string, mode uint32) (int, int64, error) {
 	var sx unix.Statx_t
 	if err := unix.Statx(d, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO, &sx); err != nil {

@@ -345,9 +345,9 @@ func TestSparePoolKeepsABurst(t *testing.T) {
 
 // [WAKE-1] A spare is reused only if its name holds a plain file that is
 // not the root of a mount, looked at before it is opened: a FIFO planted at
-// a fixed spare name (the wake queue's mark keeps its old file at one) is
-// not opened, which would hang up its reader, and a file bind-mounted there
-// (as root) is not written through. Both are ErrNotSpare.
+// a spare's name is not opened, which would hang up its reader, and a file
+// bind-mounted there (as root) is not written through. Both are
+// ErrNotSpare.
 func TestReuseOpensOnlyAPlainFile(t *testing.T) {
 	t.Parallel()
 	dir := privateDir(t)
