@@ -113,6 +113,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/launch/barrier"
 	"firstmate.dev/fm/internal/procstat"
 )
 
@@ -420,8 +421,8 @@ func (s *Spec) check() error {
 }
 
 // barrierArgv is the barrier's argv: [exe, BarrierArg, Path, Verb], with
-// Argv [exe, barrierArgvArg, Path, Argv...], and with Exec
-// [exe, barrierFdArg, Path, argv...] where argv is Argv or [Path, Verb].
+// Argv [exe, barrier.ArgvArg, Path, Argv...], and with Exec
+// [exe, barrier.FdArg, Path, argv...] where argv is Argv or [Path, Verb].
 func (s *Spec) barrierArgv() []string {
 	argv := s.Argv
 	if argv == nil {
@@ -429,9 +430,9 @@ func (s *Spec) barrierArgv() []string {
 	}
 	switch {
 	case s.Exec != nil:
-		return append([]string{os.Args[0], barrierFdArg, s.Path}, argv...)
+		return append([]string{os.Args[0], barrier.FdArg, s.Path}, argv...)
 	case s.Argv != nil:
-		return append([]string{os.Args[0], barrierArgvArg, s.Path}, argv...)
+		return append([]string{os.Args[0], barrier.ArgvArg, s.Path}, argv...)
 	}
 	return []string{os.Args[0], BarrierArg, s.Path, s.Verb}
 }
@@ -581,7 +582,7 @@ func start(s Spec) (*invocation, error) {
 	}
 	files := []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2]), uintptr(child[3])}
 	if s.Exec != nil {
-		files = append(files, s.Exec.Fd()) // execFd
+		files = append(files, s.Exec.Fd()) // barrier.ExecFd
 	}
 	dir := s.Dir
 	if s.DirFile != nil {
@@ -652,7 +653,7 @@ func start(s Spec) (*invocation, error) {
 
 // release writes the release byte; the barrier then becomes the entrypoint.
 func (inv *invocation) release() error {
-	_, err := inv.relW.Write([]byte{releaseByte})
+	_, err := inv.relW.Write([]byte{barrier.ReleaseByte})
 	if cerr := inv.relW.Close(); err == nil {
 		err = cerr
 	}

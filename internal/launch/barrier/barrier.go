@@ -1,0 +1,284 @@
+// Package barrier is the launch barrier [GRP-1]: the hidden mode in which fm
+// (or a test binary) re-executed by the host parks in its new process group
+// until released, then becomes the entrypoint by execve.
+//
+// It is its own package, importing only os, strconv, syscall and unsafe,
+// because a barrier is started twice for every call and its start-up is on
+// the path of every call: Go initialises the packages of a program one at a
+// time, each time the first in import-path order whose imports are all
+// initialised, so a package that needs only os runs its init right after os,
+// before the dozens of packages (reflect, unicode, crypto, JSON,
+// golang.org/x/sys/unix and all that waits for them) that the rest of fm
+// needs and a barrier never uses. For the same reason the few kernel numbers
+// the syscall package does not export are constants here.
+// TestBarrierStartsBeforeTheRestOfFm (internal/launch) keeps it that way; the
+// figures are in docs/performance.md, "Ninth pass".
+package barrier
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+	"unsafe"
+)
+
+// Arg is the hidden argv[1] that makes fm (or a test binary) act as the
+// launch barrier for [exe, Arg, entrypoint, verb].
+const Arg = "__fm-launch-barrier"
+
+// ArgvArg is the hidden argv[1] of a barrier for an explicit argv:
+// [exe, ArgvArg, path, argv...] execve's path with argv.
+const ArgvArg = "__fm-launch-barrier-argv"
+
+// FdArg is the hidden argv[1] of a barrier for an open entrypoint:
+// [exe, FdArg, path, argv...] executes the open file at descriptor ExecFd
+// (path only names it) with argv.
+const FdArg = "__fm-launch-barrier-fd"
+
+// Descriptors of a barrier: the release pipe's read end, and for FdArg the
+// open entrypoint.
+const (
+	ReleaseFd = 3
+	ExecFd    = 4
+)
+
+// scriptFd is where the entrypoint's descriptor sits when it is executed: a
+// script's interpreter is handed the name "/dev/fd/3" and opens it there, so
+// the descriptor stays open (not close-on-exec) for a script, and only for a
+// script.
+const scriptFd = 3
+
+// ReleaseByte is the one byte the host writes to release the barrier.
+const ReleaseByte = 'G'
+
+// EntrypointUmask is the file mode creation mask every entrypoint starts with
+// (see "What the package inherits" in docs/architecture.md): whatever umask
+// the caller of fm had, a package creates private files.
+const EntrypointUmask = 0o077
+
+// Exit statuses of a barrier that never became the entrypoint.
+const (
+	NotReleased = 125 // no release byte: the host died or gave up
+	ExecFailed  = 127 // execve of the entrypoint failed
+)
+
+// init runs the barrier as soon as os is initialised (see the package
+// comment). Package initialisation runs on the program's startup thread with
+// the main goroutine wired to it (the runtime's documented rule, see
+// runtime.LockOSThread), so the signal mask the barrier sets is the one of
+// the thread that calls execve; locking the thread again would only start
+// the runtime's template thread, one more thread for execve to wait for.
+func init() { Maybe() }
+
+// Maybe is the barrier's entry. This package's init already calls it, so
+// every program that imports the package acts as the barrier when
+// os.Args[1] is Arg, ArgvArg or FdArg; a later call returns at once. In
+// barrier mode it never returns.
+//
+// The barrier is the process the host starts in a new process group: argv is
+// [exe, Arg, entrypoint, verb], its environment and working directory are
+// already the entrypoint's, and descriptor 3 is the read end of the release
+// pipe. It blocks reading that descriptor. Only the exact release byte (which
+// the host writes after the group's owner record is published) makes it
+// execve the entrypoint with argv [entrypoint, verb] and its own environment;
+// execve keeps its pid, process group and start time, so the recorded leader
+// identity is the entrypoint's. End of file (the host died: nobody else holds
+// the write end) or any other byte makes it exit 125 without running package
+// code. There is no shell, no PATH search and no generated source. ArgvArg
+// execve's path with exactly the argv that follows it.
+//
+// FdArg runs with the open, verified entrypoint as descriptor 4: the release
+// executes that very file through its descriptor (execveat, see execveat),
+// never a name looked up again [INV-1].
+//
+// Before any execve the barrier clears what the caller of fm could pass on
+// (see clean): every descriptor but 0, 1 and 2 (and a script's own, see
+// scriptFd) is closed on exec, the controlling terminal is given up, every
+// signal is reset to its default action and unblocked, and the umask is
+// EntrypointUmask [INV-2], [INV-3].
+func Maybe() {
+	if len(os.Args) < 2 || (os.Args[1] != Arg && os.Args[1] != ArgvArg && os.Args[1] != FdArg) {
+		return
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	var path string
+	var argv []string
+	switch {
+	case os.Args[1] == Arg && len(os.Args) == 4:
+		path, argv = os.Args[2], []string{os.Args[2], os.Args[3]}
+	case os.Args[1] != Arg && len(os.Args) >= 4:
+		// ArgvArg or FdArg: exactly that argv.
+		path, argv = os.Args[2], os.Args[3:]
+	default:
+		return NotReleased
+	}
+	var b [1]byte
+	for {
+		n, err := syscall.Read(ReleaseFd, b[:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if n != 1 || b[0] != ReleaseByte {
+			return NotReleased
+		}
+		break
+	}
+	if os.Args[1] != FdArg {
+		if clean(ReleaseFd) != nil {
+			return ExecFailed
+		}
+		_ = syscall.Exec(path, argv, syscall.Environ())
+		return ExecFailed
+	}
+	script, err := isScript(ExecFd)
+	if err != nil || syscall.Dup3(ExecFd, scriptFd, 0) != nil {
+		return ExecFailed
+	}
+	keep := scriptFd // the first descriptor closed on exec
+	if script {
+		keep = scriptFd + 1
+	}
+	if clean(keep) != nil {
+		return ExecFailed
+	}
+	execveat(scriptFd, argv, syscall.Environ())
+	return ExecFailed
+}
+
+// atEmptyPath is the kernel's AT_EMPTY_PATH (the same on every Linux
+// architecture), which the syscall package does not export.
+const atEmptyPath = 0x1000
+
+// execveat executes the open file fd with argv and env:
+// execveat(fd, "", argv, env, AT_EMPTY_PATH). The kernel names a script to
+// its interpreter "/dev/fd/<fd>" (so fd must stay open across the exec for a
+// script), and the new program's name (comm) is the file's own.
+//
+// Go raises the soft RLIMIT_NOFILE of its own process at start and gives
+// the original back only to programs it starts itself: syscall.Exec restores
+// it before its execve, and does so even when that execve fails. A raw
+// execveat does not, so syscall.Exec of "" (which fails at once, ENOENT)
+// is called first for exactly that restore: the entrypoint gets the soft
+// limit of fm's caller, as a program fm executed by name would.
+func execveat(fd int, argv, env []string) {
+	_ = syscall.Exec("", nil, nil)
+	empty, err := syscall.BytePtrFromString("")
+	if err != nil {
+		return
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return
+	}
+	_, _, _ = syscall.Syscall6(sysExecveat, uintptr(fd), uintptr(unsafe.Pointer(empty)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), atEmptyPath, 0)
+}
+
+// isScript reports whether the open file fd starts with "#!": the kernel
+// then runs its interpreter, which must be able to open the file by its
+// descriptor's name.
+func isScript(fd int) (bool, error) {
+	var b [2]byte
+	n, err := syscall.Pread(fd, b[:], 0)
+	if err != nil {
+		return false, err
+	}
+	return n == 2 && b[0] == '#' && b[1] == '!', nil
+}
+
+// clean makes every descriptor from first on close-on-exec, gives up the
+// controlling terminal, resets every signal to its default action, unblocks
+// every signal of the calling thread and sets the umask, so the program the
+// barrier executes inherits nothing of them from fm's caller.
+func clean(first int) error {
+	if err := cloexecFrom(first); err != nil {
+		return err
+	}
+	detachTerminal()
+	dfl := kernelSigaction{} // handler SIG_DFL, no flags, empty mask
+	for sig := 1; sig <= 64; sig++ {
+		if sig == int(syscall.SIGKILL) || sig == int(syscall.SIGSTOP) {
+			continue
+		}
+		// Numbers the kernel refuses (none on Linux) need no reset.
+		_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+	}
+	var none uint64 // the kernel's 64-signal set, empty
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, sigSetmask, uintptr(unsafe.Pointer(&none)), 0, 8, 0, 0); e != 0 {
+		return e
+	}
+	syscall.Umask(EntrypointUmask)
+	return nil
+}
+
+// sigSetmask is the kernel's SIG_SETMASK (the same on every Linux
+// architecture Go supports but MIPS, SPARC and Alpha).
+const sigSetmask = 2
+
+// detachTerminal gives up, for this process only, the controlling terminal
+// of fm's session (an operator's terminal): TIOCNOTTY by a process that does
+// not lead its session clears its own terminal and nothing else, keeping its
+// session and process group ([GRP-3] records them). Not leading a session,
+// neither it nor any descendant can acquire a terminal again, so the package
+// cannot open /dev/tty to write to the operator's terminal past fm's
+// escaping, push input into the operator's shell (TIOCSTI) or be stopped
+// reading it. Without a controlling terminal (ENXIO) there is nothing to give
+// up.
+func detachTerminal() {
+	fd, err := syscall.Open("/dev/tty", syscall.O_RDWR|syscall.O_NOCTTY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCNOTTY, 0)
+	syscall.Close(fd)
+}
+
+// kernelSigaction has the size of the kernel's struct sigaction on 64-bit
+// Linux (and more than on 32-bit); only its zero value is ever passed, which
+// is SIG_DFL with no flags and an empty mask whatever the field order of an
+// architecture.
+type kernelSigaction struct {
+	handler  uintptr
+	flags    uint64
+	restorer uintptr
+	mask     uint64
+}
+
+// Numbers of close_range (Linux 5.11+; the same on every architecture) and
+// its CLOSE_RANGE_CLOEXEC flag, which the syscall package does not export.
+const (
+	sysCloseRange     = 436
+	closeRangeCloexec = 1 << 2
+)
+
+// cloexecFrom marks every descriptor from first on close-on-exec:
+// close_range(CLOSE_RANGE_CLOEXEC) (Linux 5.11+), else each descriptor listed
+// in /proc/self/fd. They are not closed now: the Go runtime may hold some of
+// them until the execve.
+func cloexecFrom(first int) error {
+	if _, _, e := syscall.Syscall(sysCloseRange, uintptr(first), ^uintptr(0), closeRangeCloexec); e == 0 {
+		return nil
+	}
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if fd, err := strconv.Atoi(name); err == nil && fd >= first {
+			_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFD, syscall.FD_CLOEXEC)
+		}
+	}
+	return nil
+}

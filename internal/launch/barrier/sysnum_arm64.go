@@ -1,0 +1,6 @@
+package barrier
+
+import "syscall"
+
+// sysExecveat is execveat's number on arm64.
+const sysExecveat = syscall.SYS_EXECVEAT
