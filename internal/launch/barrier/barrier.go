@@ -218,8 +218,9 @@ func clean(first int) error {
 	return nil
 }
 
-// sigSetmask is the kernel's SIG_SETMASK (the same on every Linux
-// architecture Go supports but MIPS, SPARC and Alpha).
+// sigSetmask is the kernel's SIG_SETMASK, the same on every architecture
+// this package builds for (the sysnum files; MIPS, where it differs, is not
+// one of them).
 const sigSetmask = 2
 
 // detachTerminal gives up, for this process only, the controlling terminal
