@@ -12,13 +12,13 @@
 // descriptor 3. Run reads the barrier's exact identity (pid, start time from
 // /proc/<pid>/stat, boot id), rewrites the record in phase "group" with that
 // leader and group, and only then writes the release byte; the barrier then
-// execve's the entrypoint with argv [entrypoint, verb] (see MaybeBarrier). So
+// execve's the entrypoint with argv [entrypoint, verb] (package barrier). So
 // no package code ever runs in a group that is not recorded, and a host that
 // dies before the release leaves a barrier that exits on end of file. A Spec
 // with Exec hands the barrier the entrypoint already open, and the barrier
 // executes that descriptor rather than the path [INV-1]; every barrier first
 // clears what fm's own caller could pass on (descriptors, signal state,
-// umask), see MaybeBarrier.
+// umask), see package barrier.
 //
 // Prepare and Pending split Run at the release, so a host can overlap the
 // start-up of a barrier (a whole fm process) with other work, such as the
