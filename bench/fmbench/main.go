@@ -51,6 +51,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
+	"firstmate.dev/fm/internal/launch/barrier"
 	"firstmate.dev/fm/internal/procstat"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
@@ -90,7 +91,7 @@ func main() {
 	case "invoke":
 		invoke(fm)
 	case "barrier":
-		barrier(fm)
+		barrierOverhead(fm)
 	case "list":
 		list(fm)
 	case "compare":
@@ -246,10 +247,26 @@ func median(fs []float64) float64 {
 type floor struct {
 	entry, dir        string
 	env               []string
-	handshake, invoke string // request files
+	barrierEnv        []string // see barrierEnv
+	handshake, invoke string   // request files
 }
 
-func setup() floor {
+// barrierEnv is the environment fm's own host gives a barrier for an
+// entrypoint whose environment is env: barrier.Env(env) for a build whose
+// barrier takes barrier.RuntimeEnv out again (it refuses a start without
+// it, exit 125), and env itself for an earlier build (FM=...), whose barrier
+// execs /bin/true here and exits 0; that build's host starts its barriers
+// without the entry, and so does its floor.
+func barrierEnv(fm, dir string, env []string) []string {
+	cmd := exec.Command(fm, launch.BarrierArg, "/bin/true", "invoke")
+	cmd.Env, cmd.Dir, cmd.ExtraFiles = env, dir, releasedPipe()
+	if cmd.Run() == nil {
+		return env
+	}
+	return barrier.Env(env)
+}
+
+func setup(fm string) floor {
 	h, err := home.Resolve()
 	check(err)
 	b, err := host.Resolve(h, *adapter)
@@ -283,7 +300,7 @@ func setup() floor {
 	}
 	f := floor{
 		entry: filepath.Join(b.PackageRoot, filepath.FromSlash(b.Entrypoint)),
-		dir:   b.PackageRoot, env: env,
+		dir:   b.PackageRoot, env: env, barrierEnv: barrierEnv(fm, b.PackageRoot, env),
 		handshake: filepath.Join(tmp, "handshake.json"),
 		invoke:    filepath.Join(tmp, "invoke.json"),
 	}
@@ -315,7 +332,7 @@ func report(name string, as, bs []time.Duration, ratios []float64, aName, bName 
 // invoke: one real `fm extension process-event <adapter> source.poll` (exit
 // 75, no result) against two bare execs of its entrypoint.
 func invoke(fm string) {
-	f := setup()
+	f := setup(fm)
 	call := proc{
 		argv: []string{fm, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench"},
 		env:  os.Environ(), want: 75,
@@ -368,13 +385,13 @@ func releasedPipe() []*os.File {
 // entrypoint (handshake, invoke). With -busy the same runs against busy
 // loops; -label then suffixes the figures.
 func design(fm string) {
-	f := setup()
+	f := setup(fm)
 	call := proc{
 		argv: []string{fm, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench"},
 		env:  os.Environ(), want: 75,
 	}
 	version := proc{argv: []string{fm, "version"}, env: os.Environ()}
-	bar := proc{argv: []string{fm, launch.BarrierArg, *exitBin, "invoke"}, env: f.env, dir: f.dir, extra: releasedPipe}
+	bar := proc{argv: []string{fm, launch.BarrierArg, *exitBin, "invoke"}, env: f.barrierEnv, dir: f.dir, extra: releasedPipe}
 	hs, inv := f.bare("handshake"), f.bare("invoke")
 	// The floor's start-ups (fm version and the two barriers) are also
 	// kept apart: they are the least that any call adds to its two execs of
@@ -412,17 +429,17 @@ func compare(fm, fm2 string) {
 	report("compare", as, bs, ratios, fm, fm2)
 }
 
-// barrier: the launch barrier (bin/fm re-executed in its hidden mode, released
+// barrierOverhead: the launch barrier (bin/fm re-executed in its hidden mode, released
 // at once, then execve of the entrypoint) against a bare exec of the
 // entrypoint; and fm's bare start-up (the barrier mode with no entrypoint:
 // runtime and package initialisation, then exit 125).
-func barrier(fm string) {
-	f := setup()
-	viaBarrier := proc{argv: []string{fm, launch.BarrierArg, f.entry, "invoke"}, env: f.env, dir: f.dir, stdin: f.invoke, extra: releasedPipe}
+func barrierOverhead(fm string) {
+	f := setup(fm)
+	viaBarrier := proc{argv: []string{fm, launch.BarrierArg, f.entry, "invoke"}, env: f.barrierEnv, dir: f.dir, stdin: f.invoke, extra: releasedPipe}
 	as, bs, ratios := alternate(viaBarrier.run, f.bare("invoke").run)
 	report("barrier", as, bs, ratios, "fm barrier + entrypoint", "bare entrypoint")
 	fmt.Printf("barrier-overhead: %s\n", ms(summarise(as).med-summarise(bs).med))
-	startup := proc{argv: []string{fm, launch.BarrierArg}, env: f.env, dir: f.dir, want: 125}
+	startup := proc{argv: []string{fm, launch.BarrierArg}, env: f.barrierEnv, dir: f.dir, want: 125}
 	as, bs, ratios = alternate(startup.run, f.bare("invoke").run)
 	report("fm-startup", as, bs, ratios, "fm start-up and exit", "bare entrypoint")
 }

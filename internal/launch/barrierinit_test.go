@@ -29,7 +29,7 @@ func TestBarrierStartsBeforeTheRestOfFm(t *testing.T) {
 	}
 	w.Close()
 	cmd := exec.Command(os.Args[0], BarrierArg, "/bin/true", "verb")
-	cmd.Env = []string{"GODEBUG=inittrace=1"}
+	cmd.Env = barrier.Env([]string{"GODEBUG=inittrace=1"})
 	cmd.ExtraFiles = []*os.File{release}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -146,7 +146,8 @@ type Spec struct {
 	// it.
 	DirFile *os.File
 	// Env is the entrypoint's exact environment. Nothing of the host's
-	// environment is added; a nil Env is an empty environment.
+	// environment is added; a nil Env is an empty environment. (The barrier
+	// itself runs with barrier.RuntimeEnv first, which it takes out.)
 	Env   []string
 	Stdin []byte
 	// StdoutLimit and StderrLimit bound the streams in bytes; one byte more is
@@ -604,7 +605,7 @@ func start(s Spec) (*invocation, error) {
 		defer forkMu.Unlock()
 		pid, err = syscall.ForkExec(selfExe, s.barrierArgv(), &syscall.ProcAttr{
 			Dir:   dir,
-			Env:   s.Env,
+			Env:   barrier.Env(s.Env),
 			Files: files,
 			Sys:   &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 		})

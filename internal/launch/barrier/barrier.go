@@ -56,6 +56,27 @@ const ReleaseByte = 'G'
 // the caller of fm had, a package creates private files.
 const EntrypointUmask = 0o077
 
+// RuntimeEnv is the entry the host puts first in a barrier's environment
+// (see Env) and the barrier takes out again before any execve: the
+// entrypoint gets exactly its own environment.
+//
+// It runs the barrier's Go runtime on one P. With two, every goroutine the
+// runtime starts at start-up (the sweeper, the scavenger, the forced-GC
+// helper) finds the other P idle and wakes or starts a thread for it, and a
+// parked barrier is four or five threads; on one P they wait until the main
+// goroutine blocks reading the release pipe, and it is three or four. execve
+// ends only once every other thread of the process has run to its exit, and
+// on a loaded machine each waits its turn for a CPU. A barrier released at once
+// onto a static exit, under two busy loops on two cores: 22–23 → 10–18 ms;
+// quiet 8.1–8.4 → 7.7 ms, with 10–20 % less CPU (docs/performance.md,
+// "Ninth pass"). The runtime reads the first GOMAXPROCS entry, so an
+// entrypoint's own (kept for it, see environ) does not apply to the barrier.
+const RuntimeEnv = "GOMAXPROCS=1"
+
+// Env is the environment of a barrier for an entrypoint whose exact
+// environment is env: RuntimeEnv, then env.
+func Env(env []string) []string { return append([]string{RuntimeEnv}, env...) }
+
 // Exit statuses of a barrier that never became the entrypoint.
 const (
 	NotReleased = 125 // no release byte: the host died or gave up
@@ -76,11 +97,12 @@ func init() { Maybe() }
 // barrier mode it never returns.
 //
 // The barrier is the process the host starts in a new process group: argv is
-// [exe, Arg, entrypoint, verb], its environment and working directory are
-// already the entrypoint's, and descriptor 3 is the read end of the release
-// pipe. It blocks reading that descriptor. Only the exact release byte (which
+// [exe, Arg, entrypoint, verb], its environment is Env of the entrypoint's,
+// its working directory already the entrypoint's, and descriptor 3 is the
+// read end of the release pipe. It blocks reading that descriptor. Only the exact release byte (which
 // the host writes after the group's owner record is published) makes it
-// execve the entrypoint with argv [entrypoint, verb] and its own environment;
+// execve the entrypoint with argv [entrypoint, verb] and its exact
+// environment (the barrier's without RuntimeEnv);
 // execve keeps its pid, process group and start time, so the recorded leader
 // identity is the entrypoint's. End of file (the host died: nobody else holds
 // the write end) or any other byte makes it exit 125 without running package
@@ -115,6 +137,14 @@ func run() int {
 	default:
 		return NotReleased
 	}
+	// A barrier started without RuntimeEnv first (by anything but Env) is
+	// refused like a malformed argv: the entrypoint's environment could not
+	// be told from what was added to it.
+	env, err := environ()
+	if err != nil || len(env) == 0 || env[0] != RuntimeEnv {
+		return NotReleased
+	}
+	env = env[1:]
 	var b [1]byte
 	for {
 		n, err := syscall.Read(ReleaseFd, b[:])
@@ -130,7 +160,7 @@ func run() int {
 		if clean(ReleaseFd) != nil {
 			return ExecFailed
 		}
-		_ = syscall.Exec(path, argv, syscall.Environ())
+		_ = syscall.Exec(path, argv, env)
 		return ExecFailed
 	}
 	script, err := isScript(ExecFd)
@@ -144,8 +174,50 @@ func run() int {
 	if clean(keep) != nil {
 		return ExecFailed
 	}
-	execveat(scriptFd, argv, syscall.Environ())
+	execveat(scriptFd, argv, env)
 	return ExecFailed
+}
+
+// environ returns the barrier's environment exactly as execve passed it, from
+// /proc/self/environ (NUL-terminated entries). syscall.Environ (and so
+// os.Environ) would not do: it drops every later entry of a name, such as an
+// entrypoint's own GOMAXPROCS behind RuntimeEnv, and every empty entry. The
+// file is read with plain system calls: os would start the runtime's poller,
+// one more epoll watch of the user's, which at fs.epoll.max_user_watches
+// kills the barrier (TestWatchesAtUserLimit).
+func environ() ([]string, error) {
+	fd, err := syscall.Open("/proc/self/environ", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	block := make([]byte, 0, 4096)
+	for {
+		if len(block) == cap(block) {
+			block = append(block, 0)[:len(block)]
+		}
+		n, err := syscall.Read(fd, block[len(block):cap(block)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		block = block[:len(block)+n]
+	}
+	var env []string
+	for len(block) > 0 {
+		i := 0
+		for i < len(block) && block[i] != 0 {
+			i++
+		}
+		env = append(env, string(block[:i]))
+		block = block[min(i+1, len(block)):]
+	}
+	return env, nil
 }
 
 // atEmptyPath is the kernel's AT_EMPTY_PATH (the same on every Linux
