@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -342,11 +344,76 @@ func parseRecord(f *os.File, path string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
+	if rec, ok := parsed.get(path, data); ok {
+		return rec, nil
+	}
 	var rec Record
 	if err := strictjson.Decode(data, maxRecord, path, &rec); err != nil {
 		return Record{}, err
 	}
-	return rec, rec.validate(path)
+	if err := rec.validate(path); err != nil {
+		return Record{}, err
+	}
+	parsed.put(path, data, rec)
+	return rec.clone(), nil
+}
+
+// parsed remembers, per record path, the exact bytes of the last record read
+// there that passed every check, with what they parsed to: a serve's
+// maintenance lists every owner record every 30 s (launch.Cleanup), and at
+// 1,000 idle sources parsing them again was a third of its idle CPU, with
+// the garbage collections their garbage started (docs/performance.md,
+// "Ninth pass"). Only the same bytes at the same path skip the parse; the
+// file is still opened, checked and read, and whether its host lives is
+// still looked up by every caller. It holds at most maxParsed paths and
+// forgets all of them when full.
+var parsed = parseCache{m: map[string]parsedRecord{}}
+
+const maxParsed = 4096
+
+type parsedRecord struct {
+	data []byte
+	rec  Record
+}
+
+type parseCache struct {
+	mu sync.Mutex
+	m  map[string]parsedRecord
+}
+
+// get returns a copy of the record data parsed to at path, if data are the
+// bytes parsed there last.
+func (c *parseCache) get(path string, data []byte) (Record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.m[path]
+	if !ok || !bytes.Equal(p.data, data) {
+		return Record{}, false
+	}
+	return p.rec.clone(), true
+}
+
+func (c *parseCache) put(path string, data []byte, rec Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxParsed {
+		clear(c.m)
+	}
+	c.m[path] = parsedRecord{data: data, rec: rec.clone()}
+}
+
+// clone copies r with its own copies of what its pointer fields point to.
+func (r Record) clone() Record {
+	if r.GroupPID != nil {
+		r.GroupPID = new(*r.GroupPID)
+	}
+	if r.Leader != nil {
+		r.Leader = new(*r.Leader)
+	}
+	if r.SessionID != nil {
+		r.SessionID = new(*r.SessionID)
+	}
+	return r
 }
 
 // read reads and strictly parses one record: a regular file (not a link, not a

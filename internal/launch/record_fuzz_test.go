@@ -1,6 +1,7 @@
 package launch_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -113,4 +114,84 @@ func bootID(s string) bool {
 		}
 	}
 	return true
+}
+
+// TestListedRecordsAreTheirOwn: List parses the same bytes at the same path
+// once and remembers what they parsed to (a serve's maintenance reads every
+// owner record every 30 s); what a caller does to the record it got, through
+// its pointers too, never reaches the next reader [GRP-1].
+func TestListedRecordsAreTheirOwn(t *testing.T) {
+	boot, err := launch.BootID()
+	if err != nil {
+		t.Skip("no boot id:", err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pid, session := 4242, 77
+	rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid, SessionID: &session,
+		Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
+		Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
+		ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
+		SourceID: "", Operation: "source.poll", CreatedAt: 1700000000}
+	data, err := strictjson.Canonical(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.ReplaceAll(boot, "-", "") + strings.Repeat("0", 32) + ".owner.json"
+	if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, err := launch.List(dir)
+	if err != nil || len(first) != 1 {
+		t.Fatal(first, err)
+	}
+	*first[0].GroupPID, first[0].Leader.PID, *first[0].SessionID = 1, 1, 1
+	for range 2 {
+		again, err := launch.List(dir)
+		if err != nil || len(again) != 1 {
+			t.Fatal(again, err)
+		}
+		if *again[0].GroupPID != pid || again[0].Leader.PID != pid || *again[0].SessionID != session {
+			t.Fatalf("a caller's change reached the next reader: %+v %+v", *again[0].GroupPID, *again[0].Leader)
+		}
+		*again[0].GroupPID, again[0].Leader.PID, *again[0].SessionID = 2, 2, 2
+	}
+}
+
+// BenchmarkList1000: List of 1,000 owner records, the read a serve's
+// maintenance makes of every record every 30 s (docs/performance.md,
+// "Ninth pass").
+func BenchmarkList1000(b *testing.B) {
+	boot, err := launch.BootID()
+	if err != nil {
+		b.Skip("no boot id:", err)
+	}
+	dir := b.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 1000 {
+		pid := 10000 + i
+		rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid, SessionID: &pid,
+			Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
+			Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
+			ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
+			Operation: "source.poll", CreatedAt: 1700000000}
+		data, err := strictjson.Canonical(&rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := strings.ReplaceAll(boot, "-", "") + fmt.Sprintf("%032x", i) + ".owner.json"
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if recs, err := launch.List(dir); err != nil || len(recs) != 1000 {
+			b.Fatal(len(recs), err)
+		}
+	}
 }
