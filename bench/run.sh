@@ -6,7 +6,8 @@
 #
 # Environment knobs: ROUNDS (alternating rounds per CLI comparison, 300),
 # SOURCES (serve sources, 200), SOURCES_LARGE (the scale figures, 1000),
-# SECONDS_MEASURED (serve window, 10), BIND_ROUNDS (20), NODE_ROUNDS (40),
+# SECONDS_MEASURED (serve window, 10; an idle window is at least serve's 30 s
+# maintenance period), BIND_ROUNDS (20), NODE_ROUNDS (40),
 # BENCHTIME (go test -benchtime for the launch/host pieces, 300x).
 #
 # Needs Go and, for everything about invocations, gcc (the trivial compiled

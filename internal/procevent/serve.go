@@ -31,7 +31,7 @@ import (
 // appearing or going, and every Rescan as a safety net: a new registration
 // gets its goroutine, and a goroutine whose source was retired ends at its
 // next pass. Every
-// maintainEvery (and at start) it runs the maintenance half of a cycle:
+// MaintainEvery (and at start) it runs the maintenance half of a cycle:
 // resolve the groups dead hosts left (launch.Cleanup on every record whose
 // host is dead: a killed runner leaves the records of its polls and of their
 // handshakes, and the latter carry no source id), re-announce unhandled
@@ -83,7 +83,9 @@ func DefaultServeOptions() ServeOptions {
 	return ServeOptions{MinGap: time.Second, MaxBackoff: 5 * time.Minute, Rescan: 2 * time.Second, Reannounce: DefaultReannounce}
 }
 
-const maintainEvery = 30 * time.Second
+// MaintainEvery is the period of serve's maintenance (see Serve): a measure
+// of an idle serve's CPU is a time average only over whole periods.
+const MaintainEvery = 30 * time.Second
 
 func (o *ServeOptions) check() error {
 	if o.MinGap <= 0 || o.MaxBackoff < o.MinGap || o.Rescan <= 0 || o.Reannounce < 0 {
@@ -176,7 +178,7 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 		if o.ReapOrphans {
 			launch.ReapOrphans()
 		}
-		if time.Since(last) >= maintainEvery {
+		if time.Since(last) >= MaintainEvery {
 			s.maintain(ctx, d)
 			last = time.Now()
 		}
@@ -199,7 +201,7 @@ type supervisor struct {
 // faultQuiet is how long an episode of host faults lasts after its last
 // fault: under pressure some passes still succeed between faults, and an
 // episode that ended at each of them would warn per poll again.
-const faultQuiet = maintainEvery
+const faultQuiet = MaintainEvery
 
 func (s *supervisor) log(format string, args ...any) {
 	s.logMu.Lock()
