@@ -1,10 +1,8 @@
 package launch_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,26 +17,14 @@ import (
 // a record gone between the listing and its read ended, and one replaced
 // after its open is read again.
 func TestListUnderChurn(t *testing.T) {
-	boot, err := launch.BootID()
-	if err != nil {
-		t.Skip("no boot id:", err)
-	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	pid := 4242
-	rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid,
-		Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
-		Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
-		ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
-		SourceID: "src", Operation: "source.poll", CreatedAt: 1700000000}
+	dir, boot := recordsDir(t)
+	rec := groupRecord(boot, 4242, "src")
 	good, err := strictjson.Canonical(&rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := func(i int) string {
-		return filepath.Join(dir, strings.ReplaceAll(boot, "-", "")+fmt.Sprintf("%032x", i%16)+".owner.json")
+		return filepath.Join(dir, recordName(boot, i%16))
 	}
 	var stop atomic.Bool
 	var changes atomic.Int64

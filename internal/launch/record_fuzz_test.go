@@ -23,17 +23,9 @@ import (
 // retirement and a wrong acceptance releases a group that is not proved
 // gone.
 func FuzzList(f *testing.F) {
-	boot, err := launch.BootID()
-	if err != nil {
-		f.Skip("no boot id:", err)
-	}
-	name := strings.ReplaceAll(boot, "-", "") + strings.Repeat("0", 32) + ".owner.json"
-	pid := 4242
-	rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid,
-		Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
-		Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
-		ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
-		SourceID: "src", Operation: "source.poll", CreatedAt: 1700000000}
+	dir, boot := recordsDir(f)
+	name := recordName(boot, 0)
+	rec := groupRecord(boot, 4242, "src")
 	good, err := strictjson.Canonical(&rec)
 	if err != nil {
 		f.Fatal(err)
@@ -47,10 +39,6 @@ func FuzzList(f *testing.F) {
 		r(`"schema":`, `"extra":1,"schema":`),
 	} {
 		f.Add(s)
-	}
-	dir := f.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
@@ -121,26 +109,15 @@ func bootID(s string) bool {
 // owner record every 30 s); what a caller does to the record it got, through
 // its pointers too, never reaches the next reader [GRP-1].
 func TestListedRecordsAreTheirOwn(t *testing.T) {
-	boot, err := launch.BootID()
-	if err != nil {
-		t.Skip("no boot id:", err)
-	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dir, boot := recordsDir(t)
 	pid, session := 4242, 77
-	rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid, SessionID: &session,
-		Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
-		Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
-		ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
-		SourceID: "", Operation: "source.poll", CreatedAt: 1700000000}
+	rec := groupRecord(boot, pid, "")
+	rec.SessionID = &session
 	data, err := strictjson.Canonical(&rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := strings.ReplaceAll(boot, "-", "") + strings.Repeat("0", 32) + ".owner.json"
-	if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, recordName(boot, 0)), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	first, err := launch.List(dir)
@@ -164,27 +141,15 @@ func TestListedRecordsAreTheirOwn(t *testing.T) {
 // maintenance makes of every record every 30 s (docs/performance.md,
 // "Ninth pass").
 func BenchmarkList1000(b *testing.B) {
-	boot, err := launch.BootID()
-	if err != nil {
-		b.Skip("no boot id:", err)
-	}
-	dir := b.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		b.Fatal(err)
-	}
+	dir, boot := recordsDir(b)
 	for i := range 1000 {
-		pid := 10000 + i
-		rec := launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid, SessionID: &pid,
-			Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
-			Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
-			ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
-			Operation: "source.poll", CreatedAt: 1700000000}
+		rec := groupRecord(boot, 10000+i, "")
+		rec.SessionID = rec.GroupPID
 		data, err := strictjson.Canonical(&rec)
 		if err != nil {
 			b.Fatal(err)
 		}
-		name := strings.ReplaceAll(boot, "-", "") + fmt.Sprintf("%032x", i) + ".owner.json"
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, recordName(boot, i)), data, 0o600); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -194,4 +159,35 @@ func BenchmarkList1000(b *testing.B) {
 			b.Fatal(len(recs), err)
 		}
 	}
+}
+
+// recordsDir returns this boot's id and a new private records directory;
+// without a boot id it skips tb.
+func recordsDir(tb testing.TB) (dir, boot string) {
+	tb.Helper()
+	boot, err := launch.BootID()
+	if err != nil {
+		tb.Skip("no boot id:", err)
+	}
+	dir = tb.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	return dir, boot
+}
+
+// groupRecord is a valid record in phase group of this boot: leader and
+// group pid, and a host that is not alive (pid 99999999).
+func groupRecord(boot string, pid int, source string) launch.Record {
+	return launch.Record{Schema: launch.RecordSchema, Phase: launch.PhaseGroup, GroupPID: &pid,
+		Leader:      &launch.Identity{PID: pid, StartTime: 123456, BootID: boot},
+		Host:        launch.Identity{PID: 99999999, StartTime: 1, BootID: boot},
+		ExtensionID: "org.example.a", BindingDigest: "sha256:" + strings.Repeat("b", 64), RequestID: "sha256:" + strings.Repeat("c", 64),
+		SourceID: source, Operation: "source.poll", CreatedAt: 1700000000}
+}
+
+// recordName is the name of record i of this boot in the form before the
+// source index, which every listing reads.
+func recordName(boot string, i int) string {
+	return strings.ReplaceAll(boot, "-", "") + fmt.Sprintf("%032x", i) + ".owner.json"
 }
