@@ -72,19 +72,10 @@ func TestBarrierWithoutRuntimeEnvRunsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, env := range [][]string{nil, {"A=1"}, {"A=1", barrier.RuntimeEnv}} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write([]byte{barrier.ReleaseByte}); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
 		cmd := exec.Command(os.Args[0], BarrierArg, script, "verb")
 		cmd.Env = env
-		cmd.ExtraFiles = []*os.File{r}
-		err = cmd.Run()
-		r.Close()
+		cmd.ExtraFiles = []*os.File{releasedPipe(t)}
+		err := cmd.Run()
 		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != barrier.NotReleased {
 			t.Errorf("env %q: %v, want exit %d", env, err, barrier.NotReleased)
 		}

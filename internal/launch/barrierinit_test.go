@@ -20,22 +20,12 @@ import (
 // reflect, unicode, crypto, both JSON packages and golang.org/x/sys/unix
 // (docs/performance.md, "Ninth pass").
 func TestBarrierStartsBeforeTheRestOfFm(t *testing.T) {
-	release, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte{barrier.ReleaseByte}); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
 	cmd := exec.Command(os.Args[0], BarrierArg, "/bin/true", "verb")
 	cmd.Env = barrier.Env([]string{"GODEBUG=inittrace=1"})
-	cmd.ExtraFiles = []*os.File{release}
+	cmd.ExtraFiles = []*os.File{releasedPipe(t)}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
-	release.Close()
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		t.Fatalf("barrier to /bin/true: %v; stderr:\n%s", err, stderr.String())
 	}
 	var inited []string
@@ -51,4 +41,21 @@ func TestBarrierStartsBeforeTheRestOfFm(t *testing.T) {
 			t.Errorf("%s was initialised before the barrier ran; init order: %v", pkg, inited)
 		}
 	}
+}
+
+// releasedPipe is the read end of a pipe that holds the release byte and
+// has no writer left: descriptor 3 of a barrier released at once. It is
+// closed when the test ends.
+func releasedPipe(t *testing.T) *os.File {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	defer w.Close()
+	if _, err := w.Write([]byte{barrier.ReleaseByte}); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
