@@ -354,8 +354,8 @@ func parseRecord(f *os.File, path string) (Record, error) {
 	if err := rec.validate(path); err != nil {
 		return Record{}, err
 	}
-	parsed.put(path, data, rec)
-	return rec.clone(), nil
+	parsed.put(path, data, rec) // a copy: rec stays the caller's own
+	return rec, nil
 }
 
 // parsed remembers, per record path, the exact bytes of the last record read

@@ -99,12 +99,12 @@ func init() { Maybe() }
 // The barrier is the process the host starts in a new process group: argv is
 // [exe, Arg, entrypoint, verb], its environment is Env of the entrypoint's,
 // its working directory already the entrypoint's, and descriptor 3 is the
-// read end of the release pipe. It blocks reading that descriptor. Only the exact release byte (which
-// the host writes after the group's owner record is published) makes it
-// execve the entrypoint with argv [entrypoint, verb] and its exact
-// environment (the barrier's without RuntimeEnv);
-// execve keeps its pid, process group and start time, so the recorded leader
-// identity is the entrypoint's. End of file (the host died: nobody else holds
+// read end of the release pipe. It blocks reading that descriptor. Only the
+// exact release byte (which the host writes after the group's owner record
+// is published) makes it execve the entrypoint with argv [entrypoint, verb]
+// and its exact environment (the barrier's without RuntimeEnv); execve keeps
+// its pid, process group and start time, so the recorded leader identity is
+// the entrypoint's. End of file (the host died: nobody else holds
 // the write end) or any other byte makes it exit 125 without running package
 // code. There is no shell, no PATH search and no generated source. ArgvArg
 // execve's path with exactly the argv that follows it.
