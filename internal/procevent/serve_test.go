@@ -113,7 +113,12 @@ func TestServeFiftySources(t *testing.T) {
 	serve, log := f.serve()
 	waitFor(t, 30*time.Second, "a capture from every source", func() bool { return len(f.results()) == 50 })
 	first := time.Since(begin)
-	if n := f.maxOverlap(); n < 40 {
+	// Polls one after another would overlap 1; half of them at once shows
+	// that none waits for another. More depends on the machine: each 2 s
+	// poll starts two fm barriers and two shells, and where a process start
+	// costs ~10 ms (docs/performance.md, "Machine") the last of 50 under a
+	// loaded run began after the first had ended (35 of 50).
+	if n := f.maxOverlap(); n < 25 {
 		t.Fatalf("at most %d of 50 polls ran at once", n)
 	}
 	t.Logf("50 sources: one 2 s poll each captured after %s", first.Round(time.Millisecond))
