@@ -498,11 +498,14 @@ func (w *world) executedCases(pkg func(func(string)) (string, string), bind func
 			if a == "" {
 				var dir string
 				dir, a = pkg(nil)
-				// 2 s: long enough that a loaded machine still lets the
+				// 6 s: long enough that a loaded machine still lets the
 				// stderr flood (two shell pipelines) cross its bound before
 				// the deadline (300 ms did not, in a CI run beside other
-				// test packages); only "hang" waits all of it.
-				w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code", "--timeout-ms", "2000")
+				// test packages), and that a quick answer (exit7,
+				// leak-child) is never late where a process start costs
+				// ~10 ms (2 s was, once, on the ninth pass's machine under
+				// a full CI run); only "hang" waits all of it.
+				w.ok(nil, "extension", "bind", dir, "--adapter", a, "--trust-same-user-code", "--timeout-ms", "6000")
 			}
 			w.mode("org.example."+a, "invoke", "", mode)
 			return nil, []string{"extension", "process-event", a, "source.poll", "--source-id", "s", "--config-ref", "r"}
