@@ -437,11 +437,9 @@ func sameFile(dir *os.File, name string, f *os.File) (bool, error) {
 // returns at, "<dir as resolved now>/<name>". For this process that is one of
 // its own held locks with the same at (an index, not a look at every
 // descriptor: serve holds a claim per running poll); for another, one of its
-// descriptors names "<at> (deleted)" and is an inode that /proc/locks lists
-// as flocked by it (f, the file the caller holds, is skipped). The device is not compared: on an
-// overlay file system /proc/locks and stat(2) may disagree on it, and the
-// name already places the file. A system without /proc/locks has no orphans
-// to find.
+// descriptors on an inode that /proc/locks lists as flocked by it is such a
+// file (orphanSearch.holds; f, the file the caller holds, is skipped). A
+// system without /proc/locks has no orphans to find.
 func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan bool, at string, err error) {
 	dirPath, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
 	if err != nil {
@@ -462,76 +460,8 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 	if !ok {
 		return false, at, nil
 	}
-	var current uint64 // the inode the caller holds: not an orphan
-	if f != nil {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err == nil {
-			current = st.Ino
-		}
-	}
-	self := strconv.Itoa(os.Getpid())
-	// The device of the directory's file system as /proc/locks prints it:
-	// that of the caller's own entry on the file it holds, when it is the
-	// device stat(2) gives the directory. A removed or moved lock file stays
-	// on its file system (a move across file systems removes it), so an
-	// entry on another device cannot be an orphan of the name. Where the two
-	// disagree (an overlay or a btrfs subvolume reports another device than
-	// /proc/locks; a file mounted over the name is on another file system
-	// than the one the holder of the file under it locked), no device is
-	// compared; nor by Held, which holds nothing.
-	dev := ""
-	var dirSt unix.Stat_t
-	if unix.Fstat(int(dir.Fd()), &dirSt) != nil {
-		dirSt.Ino = 0
-	}
-	if f != nil && dirSt.Ino != 0 {
-		for _, l := range locks {
-			if l.pid == self && l.ino == current && l.dev == devString(dirSt.Dev) {
-				dev = l.dev
-			}
-		}
-	}
-	inos := map[string]map[lockedInode]bool{} // pid -> flocked inodes
-	for _, l := range locks {
-		if l.pid == self || l.ino == current || dev != "" && l.dev != dev && !lookupUncached {
-			continue
-		}
-		if inos[l.pid] == nil {
-			inos[l.pid] = map[lockedInode]bool{}
-		}
-		inos[l.pid][lockedInode{l.dev, l.ino}] = true
-	}
-	want := at + " (deleted)"
-	var now unix.Stat_t // the file now at the name, which is not an orphan
-	if unix.Fstatat(int(dir.Fd()), name, &now, unix.AT_SYMLINK_NOFOLLOW) != nil {
-		now.Ino = 0
-	}
-	// holds reports whether the descriptor fd, a locked file st, is an
-	// orphaned holder: it names "<at> (deleted)", or "<d>/<name> (deleted)"
-	// where d is this directory by another path (a holder that opened it
-	// through a bind mount names it by the mount's path; a lock file with
-	// data has no tag to find it by), or it is a lock file of this name
-	// moved elsewhere (a regular file other than the one at the name that
-	// holds the tag).
-	holds := func(fd string, st *unix.Stat_t) bool {
-		if t, err := os.Readlink(fd); err == nil {
-			if t == want {
-				return true
-			}
-			if p, ok := strings.CutSuffix(t, " (deleted)"); ok && filepath.Base(p) == name && dirSt.Ino != 0 {
-				var d unix.Stat_t
-				if unix.Stat(filepath.Dir(p), &d) == nil && d.Dev == dirSt.Dev && d.Ino == dirSt.Ino {
-					return true
-				}
-			}
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(wantTag)) || (st.Dev == now.Dev && st.Ino == now.Ino) {
-			return false
-		}
-		got, err := readTag(fd, len(wantTag))
-		return err == nil && bytes.Equal(got, wantTag)
-	}
-	for pid, locked := range inos {
+	o := newOrphanSearch(dir, name, at, f, wantTag, locks)
+	for pid, locked := range o.otherHolders(locks) {
 		fds, ok := lockFDs.valid(pid, locked)
 		if !ok {
 			if fds, ok = scanFDs(pid, locked); !ok {
@@ -539,12 +469,120 @@ func orphanedOf(dir *os.File, name string, f *os.File, wantTag []byte) (orphan b
 			}
 		}
 		for _, d := range fds {
-			if holds(d.path, &d.st) {
+			if o.holds(d.path, &d.st) {
 				return true, at, nil
 			}
 		}
 	}
 	return false, at, nil
+}
+
+// orphanSearch is what one orphan look-up compares every other holder's
+// descriptors with: the name, the directory and the file now at the name.
+type orphanSearch struct {
+	name    string
+	removed string      // "<at> (deleted)", what a descriptor on the removed file names
+	tag     []byte      // the content of a lock file of this name
+	dir     unix.Stat_t // Ino 0: the directory could not be looked at
+	now     unix.Stat_t // the file now at the name, which is not an orphan (Ino 0: none)
+	current uint64      // the inode the caller holds: not an orphan
+	self    string      // this process's pid, whose locks orphanedOf looked at by index
+	dev     string      // the directory's device as /proc/locks prints it; "": compare none
+}
+
+func newOrphanSearch(dir *os.File, name, at string, f *os.File, tag []byte, locks []flockEntry) *orphanSearch {
+	o := &orphanSearch{name: name, removed: at + " (deleted)", tag: tag, self: strconv.Itoa(os.Getpid())}
+	if f != nil {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil {
+			o.current = st.Ino
+		}
+	}
+	if unix.Fstat(int(dir.Fd()), &o.dir) != nil {
+		o.dir.Ino = 0
+	}
+	if unix.Fstatat(int(dir.Fd()), name, &o.now, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		o.now.Ino = 0
+	}
+	if f != nil {
+		o.dev = o.lockDevice(locks)
+	}
+	return o
+}
+
+// lockDevice is the device of the directory's file system as /proc/locks
+// prints it: that of the caller's own entry on the file it holds, when it is
+// the device stat(2) gives the directory. A removed or moved lock file stays
+// on its file system (a move across file systems removes it), so an entry on
+// another device cannot be an orphan of the name. Where the two disagree (an
+// overlay or a btrfs subvolume reports another device than /proc/locks; a
+// file mounted over the name is on another file system than the one the
+// holder of the file under it locked), "" is returned and no device is
+// compared; nor by Held, which holds nothing.
+func (o *orphanSearch) lockDevice(locks []flockEntry) string {
+	if o.dir.Ino == 0 {
+		return ""
+	}
+	dev := ""
+	for _, l := range locks {
+		if l.pid == o.self && l.ino == o.current && l.dev == devString(o.dir.Dev) {
+			dev = l.dev
+		}
+	}
+	return dev
+}
+
+// otherHolders maps each other process that /proc/locks lists to the inodes
+// it flocks that could be an orphan of the name.
+func (o *orphanSearch) otherHolders(locks []flockEntry) map[string]map[lockedInode]bool {
+	inos := map[string]map[lockedInode]bool{}
+	for _, l := range locks {
+		if l.pid == o.self || l.ino == o.current || o.dev != "" && l.dev != o.dev && !lookupUncached {
+			continue
+		}
+		if inos[l.pid] == nil {
+			inos[l.pid] = map[lockedInode]bool{}
+		}
+		inos[l.pid][lockedInode{l.dev, l.ino}] = true
+	}
+	return inos
+}
+
+// holds reports whether the descriptor fd, a locked file st, is an orphaned
+// holder: it names the removed file (namesRemoved), or it is a lock file of
+// this name moved elsewhere (isMovedLockFile).
+func (o *orphanSearch) holds(fd string, st *unix.Stat_t) bool {
+	return o.namesRemoved(fd) || o.isMovedLockFile(fd, st)
+}
+
+// namesRemoved: the descriptor names "<at> (deleted)", or "<d>/<name>
+// (deleted)" where d is this directory by another path (a holder that opened
+// it through a bind mount names it by the mount's path; a lock file with data
+// has no tag to find it by).
+func (o *orphanSearch) namesRemoved(fd string) bool {
+	t, err := os.Readlink(fd)
+	if err != nil {
+		return false
+	}
+	if t == o.removed {
+		return true
+	}
+	p, ok := strings.CutSuffix(t, " (deleted)")
+	if !ok || filepath.Base(p) != o.name || o.dir.Ino == 0 {
+		return false
+	}
+	var d unix.Stat_t
+	return unix.Stat(filepath.Dir(p), &d) == nil && d.Dev == o.dir.Dev && d.Ino == o.dir.Ino
+}
+
+// isMovedLockFile: a regular file other than the one at the name that holds
+// the tag of a lock file of this name.
+func (o *orphanSearch) isMovedLockFile(fd string, st *unix.Stat_t) bool {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(o.tag)) || (st.Dev == o.now.Dev && st.Ino == o.now.Ino) {
+		return false
+	}
+	got, err := readTag(fd, len(o.tag))
+	return err == nil && bytes.Equal(got, o.tag)
 }
 
 // lookupUncached makes the orphan look-up scan every descriptor of every
