@@ -140,7 +140,7 @@ func readAt(dir *os.File, name string, max int64, private bool) ([]byte, error) 
 // reusing a spare (openSpare) must get exclusively, and then a check that
 // name still holds this file. A file kept as a spare stays linked under
 // a temporary name and may be rewritten with another name's bytes (see
-// "Spare files"), so the link count alone no longer tells a reader that
+// "Spare files"), so the link count alone does not tell a reader that
 // its file left the name: once the lock is held the file cannot be
 // rewritten, and while it is at name its bytes are name's. errUnlinked
 // (open name again) when a writer holds the file or name holds another;

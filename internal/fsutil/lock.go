@@ -315,7 +315,7 @@ func (l *Locked) At(dir *os.File, name string) (bool, error) { return sameFile(d
 // The lock leaves own before its descriptor is closed, and the close is
 // outside own's mutex: a thousand polls released at once (serve stopped)
 // otherwise queued on the mutex behind each other's close. In between, the
-// orphan look-up no longer counts this lock as one of the process's own,
+// orphan look-up does not count this lock as one of the process's own,
 // which it stops being a moment later; the other order would make it count
 // a lock already dropped.
 func (l *Locked) Release() {

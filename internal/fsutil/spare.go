@@ -14,10 +14,10 @@ import (
 // files in the same few directories hundreds of times a second: owner
 // records, sequence counters, pending markers. Done with new files, every
 // replace or removal frees an inode and every write allocates one, and on
-// ext4 without a journal (these machines) allocating an inode searches
-// past every inode freed in the last ~30 s (the kernel's
-// recently_deleted): the cost of each create grew with the rate of frees
-// itself, and was serve's largest (docs/performance.md).
+// ext4 without a journal (as on the machines fm is measured on) allocating
+// an inode searches past every inode freed in the last ~30 s (the kernel's
+// recently_deleted): the cost of each create grows with the rate of frees
+// itself, and would be serve's largest (docs/performance.md).
 //
 // So such a writer keeps the files it is done with as spares, for a
 // directory it names (KeepSpares), and reuses them:

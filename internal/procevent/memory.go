@@ -44,8 +44,8 @@ const maxPercent = 100 * heapFloor / runtimeHeapMinimum
 //
 // The live heap is not read from runtime/metrics: linking that package
 // costs every fm process, the launch barrier included, its initialisation
-// (a table of every metric, 0.1-0.3 ms of each start on these machines,
-// docs/performance.md "Seventh pass"). It follows from the goal instead,
+// (a table of every metric, 0.1-0.3 ms of each start, measured in
+// docs/performance.md). It follows from the goal instead,
 // which runtime.MemStats gives: above its minimum (runtimeHeapMinimum
 // scaled by GOGC) the goal is live + scan*percent/100, where scan is the
 // live heap plus the stacks and globals the collection scanned. With the
