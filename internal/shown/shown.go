@@ -1,0 +1,82 @@
+// Package shown decides how fm's own text shows text it did not write: a
+// name a package chose (a JSON member name, an adapter or source id read
+// from a file), a number or a path read from a home fm did not write.
+//
+// Rules (docs/spec.md [OP-3]):
+//   - a name is shown as it is only when it is token-shaped: 1 to 64 bytes
+//     of [A-Za-z0-9_.-] (Token). Anything else is not shown at all: the
+//     caller names the thing by its position or its kind instead, so no
+//     instruction, control byte, line break, look-alike character or
+//     unbounded length of a stranger's name reaches a line an operator or
+//     an agent reads;
+//   - a value, a diagnostic or a process's stderr is never shown;
+//   - where fm must still say something about such text, Describe gives
+//     only its length and whether it was printable.
+package shown
+
+import (
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxToken is the longest name Token shows.
+const MaxToken = 64
+
+// IsToken reports whether s is token-shaped: 1 to MaxToken bytes, each an
+// ASCII letter or digit, '_', '.' or '-'.
+func IsToken(s string) bool {
+	if s == "" || len(s) > MaxToken {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Token is s when it is token-shaped, else Describe(s).
+func Token(s string) string {
+	if IsToken(s) {
+		return s
+	}
+	return Describe(s)
+}
+
+// Describe says what s is without showing it: "(a name of N bytes)".
+func Describe(s string) string {
+	return fmt.Sprintf("(a name of %d bytes, not shown)", len(s))
+}
+
+// Printable reports whether every byte of s is printable ASCII (0x20 to
+// 0x7e).
+func Printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Path is how fm prints a path (or a name below a directory) it did not
+// choose: as it is when it is valid UTF-8 without a control or formatting
+// character (C0, DEL, C1, and anything unicode does not call printable, such
+// as bidirectional overrides), else quoted as printable ASCII
+// (strconv.QuoteToASCII), so no name can end a line fm prints or forge the
+// next one.
+func Path(p string) string {
+	if !utf8.ValidString(p) {
+		return strconv.QuoteToASCII(p)
+	}
+	for _, r := range p {
+		if !unicode.IsPrint(r) {
+			return strconv.QuoteToASCII(p)
+		}
+	}
+	return p
+}
