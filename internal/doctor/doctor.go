@@ -34,6 +34,7 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/remote"
+	"firstmate.dev/fm/internal/transfer"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -98,6 +99,7 @@ func Check(h *home.Home) []Finding {
 			d.checkBinding(b)
 		}
 	}
+	d.checkTransfers(bs, err == nil)
 	d.checkInvocations()
 	d.checkTemps()
 	d.checkSources(bs, err == nil)
@@ -233,6 +235,23 @@ func (d *checker) checkBinding(b *binding.Binding) {
 		return
 	}
 	d.ok("binding", "%s@%s: installed package %s verifies", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
+}
+
+// checkTransfers reports, only when there are any, the transfer units an
+// interrupted receive-transfer-bind or retire-transfer left half-way
+// (transfer.Partials), each with the command that finishes it.
+func (d *checker) checkTransfers(bs []*binding.Binding, registryOK bool) {
+	partials, err := transfer.Partials(d.h, bs, registryOK)
+	if err != nil {
+		d.fail("transfer", err, "")
+	}
+	for _, p := range partials {
+		if p.Failing {
+			d.fails("transfer", errcode.RetirementPartial, p.Fix, "%s", p.What)
+		} else {
+			d.warn("transfer", p.Fix, "%s", p.What)
+		}
+	}
 }
 
 // checkInvocations finds owner records whose host died ([GRP-3]).
