@@ -106,7 +106,7 @@ func eachUnit(area string, fn func(id, version, hexd, unit string) error) error 
 				return uerr
 			}
 			for _, hexd := range units {
-				if binding.CheckDigest("sha256:"+hexd) {
+				if binding.CheckDigest("sha256:" + hexd) {
 					if err := fn(id, v, hexd, filepath.Join(area, id, v, hexd)); err != nil {
 						return err
 					}
