@@ -150,11 +150,12 @@ func (h *Home) Inbox() string { return filepath.Join(h.State, "procevent-inbox")
 func (h *Home) WakeQueue() string { return filepath.Join(h.State, ".wake-queue") }
 
 // PrivateRule is the private-directory rule of a home's directories
-// (fsutil.DirRule): not a link, canonical, owned by the user, and without
-// group/other write bits [HOME-3]; with exact, its permission bits must be
+// (fsutil.DirRule): not a link, canonical, owned by the user, without
+// group/other write bits, and on the mount of its parent (not a mount point:
+// fsutil.OnParentMount) [HOME-3]; with exact, its permission bits must be
 // exactly 0700 [CAP-6].
 func PrivateRule(exact bool) fsutil.DirRule {
-	r := fsutil.DirRule{Perm: fsutil.NoGroupWrite, Canonical: true}
+	r := fsutil.DirRule{Perm: fsutil.NoGroupWrite, Canonical: true, SameMount: true}
 	if exact {
 		r.Perm = fsutil.Exact0700
 	}
