@@ -37,6 +37,7 @@ func TestCaptureBoundaryNoticesMount(t *testing.T) {
 		"state":       func(f *fixture) string { return f.h.State },
 		"invocations": func(f *fixture) string { return f.h.Invocations() },
 		"bindings":    func(f *fixture) string { return f.h.Bindings() },
+		"config":      func(f *fixture) string { return filepath.Dir(f.h.Bindings()) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
@@ -55,7 +56,7 @@ func TestCaptureBoundaryNoticesMount(t *testing.T) {
 			}
 			before, _ := os.ReadDir(outside)
 			bindMount(t, outside, dir)
-			if name == "bindings" {
+			if name == "bindings" || name == "config" {
 				// The binding cannot be loaded: the poll fails, and its
 				// failure is captured as evidence in the (real) inbox.
 				if out := f.ok("procevent", "start", "s1"); out != "captured: "+filepath.Join(f.h.Inbox(), "s1.1.result")+" (evidence: path-unsafe)\n" {
