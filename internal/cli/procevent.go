@@ -16,6 +16,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/shown"
 	"firstmate.dev/fm/pkg/adapter/wire"
 	"firstmate.dev/fm/pkg/fmjson"
 )
@@ -87,8 +88,8 @@ func retireProgram(h *home.Home) string {
 	if err == nil {
 		exe, err = filepath.EvalSymlinks(exe)
 	}
-	if err != nil {
-		return "fm procevent retire" // the running fm cannot be located: by PATH
+	if err != nil || !shown.Plain(exe) {
+		return "fm procevent retire" // the running fm cannot be named on one line: by PATH
 	}
 	return shellWord(exe) + " procevent retire"
 }

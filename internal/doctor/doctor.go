@@ -34,6 +34,7 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/remote"
+	"firstmate.dev/fm/internal/shown"
 	"firstmate.dev/fm/internal/transfer"
 	"firstmate.dev/fm/internal/wake"
 )
@@ -229,7 +230,7 @@ func (d *checker) checkBinding(b *binding.Binding) {
 		err = errcode.Wrap(errcode.Of(err), err, "%s@%s", b.ExtensionID, b.ExtensionVersion)
 		fix := "the store copy changed after bind, so nothing will run it: restore it, or move the binding aside, remove the copy and bind again (docs/configuration.md §3, \"A damaged store copy\")"
 		if errcode.Is(err, errcode.PackageMissing) {
-			fix = fmt.Sprintf("move the binding aside and bind again from %s (docs/configuration.md §3, \"A damaged store copy\")", b.Source.Path)
+			fix = fmt.Sprintf("move the binding aside and bind again from %s (docs/configuration.md §3, \"A damaged store copy\")", shown.Path(b.Source.Path))
 		}
 		d.fail("binding", err, fix)
 		return

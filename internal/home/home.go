@@ -26,6 +26,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // Home is one resolved Firstmate home. All paths are absolute and canonical.
@@ -74,6 +75,11 @@ func Resolve() (*Home, error) {
 		state = filepath.Join(dir, "state")
 	}
 	h := &Home{Root: root, Dir: dir, State: filepath.Clean(state)}
+	for _, p := range []struct{ path, what string }{{h.Root, "code root"}, {h.Dir, "home"}, {h.State, "state root"}} {
+		if !shown.Plain(p.path) {
+			return nil, errcode.New(errcode.HomeInvalid, "%s %s holds a control or formatting character, a line break or invalid UTF-8; fm prints its paths on lines of their own, so it refuses one that could end or forge a line: use a path without them", p.what, shown.Path(p.path))
+		}
+	}
 	if _, err := os.Lstat(h.State); err == nil {
 		if err := CheckPrivate(h.State, false); err != nil {
 			return nil, err

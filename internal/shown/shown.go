@@ -63,20 +63,30 @@ func Printable(s string) bool {
 	return true
 }
 
+// Plain reports whether s is text fm may print as it is: valid UTF-8
+// without a control character (C0, DEL, C1), a formatting character (such
+// as a bidirectional override or a zero-width joiner) or a line or
+// paragraph separator, so it can neither end a line fm prints nor make it
+// read other than it is.
+func Plain(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return false
+		}
+	}
+	return true
+}
+
 // Path is how fm prints a path (or a name below a directory) it did not
-// choose: as it is when it is valid UTF-8 without a control or formatting
-// character (C0, DEL, C1, and anything unicode does not call printable, such
-// as bidirectional overrides), else quoted as printable ASCII
+// choose: as it is when it is Plain, else quoted as printable ASCII
 // (strconv.QuoteToASCII), so no name can end a line fm prints or forge the
 // next one.
 func Path(p string) string {
-	if !utf8.ValidString(p) {
-		return strconv.QuoteToASCII(p)
+	if Plain(p) {
+		return p
 	}
-	for _, r := range p {
-		if !unicode.IsPrint(r) {
-			return strconv.QuoteToASCII(p)
-		}
-	}
-	return p
+	return strconv.QuoteToASCII(p)
 }
