@@ -165,3 +165,19 @@ func TestImportReportEscapesNames(t *testing.T) {
 		}
 	}
 }
+
+// [CAP-1] A counter the import reads is read by fm's own rule
+// (procevent.ParseCounter), before any change: a counter fm would refuse
+// later ("+5", " 5", "-0", past the last sequence) is refused by the import
+// at once, and nothing changes (an import that planned with a looser rule
+// failed half-way, when fm's writer read the same file).
+func TestImportReadsCountersAsFmDoes(t *testing.T) {
+	for text, code := range map[string]string{"+5\n": "schema-invalid", " 5\n": "schema-invalid", "-0\n": "schema-invalid", "9007199254740992\n": "sequence-exhausted"} {
+		t.Run(strings.TrimSpace(text), func(t *testing.T) {
+			f := newFixture(t)
+			path := filepath.Join(f.h.Registrations(), "web.seq")
+			f.write(path, []byte(text), 0o600)
+			f.importRefused(code, path)
+		})
+	}
+}
