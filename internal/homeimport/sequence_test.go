@@ -181,3 +181,18 @@ func TestImportReadsCountersAsFmDoes(t *testing.T) {
 		})
 	}
 }
+
+// [HOME-4] A refusal that names files the import found (a runner file, a
+// claim, a lock's owner, a foreign invocation record) stays one error line
+// whatever their names hold: each name is shown escaped.
+func TestImportBusyNamesEscaped(t *testing.T) {
+	f := newFixture(t)
+	forged := "x\nerror[ok]: nothing is busy\u202e"
+	f.write(filepath.Join(f.h.Registrations(), forged+".runner"), []byte("not a pid\n"), 0o600)
+	f.must(os.MkdirAll(f.h.Invocations(), 0o700))
+	f.write(filepath.Join(f.h.Invocations(), forged+".owner.json"), []byte("{}"), 0o600)
+	e := f.refused("home-busy", "home", "import")
+	if !strings.Contains(e, `x\nerror[ok]: nothing is busy\u202e`) {
+		t.Fatalf("the names are not shown escaped: %s", e)
+	}
+}
