@@ -17,6 +17,7 @@ package shown
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -72,12 +73,7 @@ func Plain(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
-	for _, r := range s {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return false
-		}
-	}
-	return true
+	return strings.IndexFunc(s, unplain) < 0
 }
 
 // Path is how fm prints a path (or a name below a directory) it did not
@@ -89,4 +85,22 @@ func Path(p string) string {
 		return p
 	}
 	return strconv.QuoteToASCII(p)
+}
+
+// Flatten makes s Plain for a line of its own: bytes that are not UTF-8
+// become U+FFFD, and every control character (tab, line break, carriage
+// return, escape, ...), formatting character and line or paragraph
+// separator becomes a space.
+func Flatten(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unplain(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+// unplain reports whether r may not appear in Plain text.
+func unplain(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 }

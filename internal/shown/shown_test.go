@@ -35,3 +35,12 @@ func TestPath(t *testing.T) {
 		}
 	}
 }
+
+// Flatten leaves plain text as it is and makes anything else plain.
+func TestFlatten(t *testing.T) {
+	for in, want := range map[string]string{"plain é": "plain é", "a\nb\rc\td": "a b c d", "\x1b[2J": " [2J", "a\u202eb\u2028c": "a b c", "a\xffb": "a\uFFFDb"} {
+		if got := Flatten(in); got != want || !Plain(got) {
+			t.Errorf("Flatten(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -49,7 +49,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -88,19 +87,6 @@ func (w Wake) Line() string {
 // costs every fm process, launch barriers included, 0.15 ms before main.
 var kindRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`) })
 
-// flatten makes s one plain field (shown.Plain): bytes that are not UTF-8
-// become U+FFFD, and every control character (tab, line break, carriage
-// return, escape, ...), formatting character and line or paragraph
-// separator becomes a space.
-func flatten(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-}
-
 // Append durably appends one wake to the queue in the state directory state
 // (an open, already checked directory handle) and returns it. Its queue-seq
 // is one more than the greater of the high-water mark and the last
@@ -113,7 +99,7 @@ func Append(ctx context.Context, state *os.File, kind, key, payload string) (Wak
 	if !kindRe().MatchString(kind) {
 		return Wake{}, errcode.New(errcode.Internal, "wake kind %q must be a lower-case word", kind)
 	}
-	key, payload = flatten(key), flatten(payload)
+	key, payload = shown.Flatten(key), shown.Flatten(payload)
 	if len(key) > MaxField || len(payload) > MaxField {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
