@@ -106,7 +106,8 @@ func TestHalfFinishedTransfers(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatalf("findings %+v", got)
 		}
-		want(t, got[0], doctor.Fail, errcode.RetirementPartial, "both staged at "+unit+" and retired at "+retired, "rm -r "+unit)
+		// The staged unit is the bound one: the fix keeps it.
+		want(t, got[0], doctor.Fail, errcode.RetirementPartial, "both staged at "+unit+" and retired at "+retired, "rm -r "+retired)
 	})
 	t.Run("staged-unbound", func(t *testing.T) {
 		f := newFixture(t)

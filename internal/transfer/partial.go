@@ -50,9 +50,14 @@ func Partials(h *home.Home, bs []*binding.Binding, registryOK bool) ([]Partial, 
 		_, rerr := os.Lstat(retired)
 		switch {
 		case rerr == nil:
+			// The copy an enabled binding names is the one to keep.
+			keep, drop := retired, unit
+			if namedBy(bs, filepath.Join(unit, PackageDir)) {
+				keep, drop = unit, retired
+			}
 			out = append(out, Partial{unit, true,
 				fmt.Sprintf("transfer %s of %s@%s is both staged at %s and retired at %s (retirement-partial): retire-transfer refuses it", digest, id, version, shown.Path(unit), shown.Path(retired)),
-				fmt.Sprintf("compare them (diff -r %s %s); keep the retired one: rm -r %s, after moving any binding.json in it back to %s if that binding must stay enabled", shown.Path(unit), shown.Path(retired), shown.Path(unit), shown.Path(filepath.Join(h.Bindings(), id+".json")))})
+				fmt.Sprintf("compare them (diff -r %s %s); keep %s (an enabled binding names it, or none names either) and remove the other: rm -r %s, after moving any binding.json in it back to %s if that binding must stay enabled", shown.Path(unit), shown.Path(retired), shown.Path(keep), shown.Path(drop), shown.Path(filepath.Join(h.Bindings(), id+".json")))})
 		case kerr == nil && enabled != nil:
 			out = append(out, Partial{unit, true,
 				fmt.Sprintf("binding of %s is enabled at %s and also retained at %s (retirement-partial): retire-transfer refuses it", id, shown.Path(enabled.Path), shown.Path(kept)),
