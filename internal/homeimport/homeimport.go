@@ -10,8 +10,9 @@
 //     .generation) become its .meta.json, with exactly the sidecars'
 //     identity ([CAP-1], [CAP-4]); the result's bytes and sequence are never
 //     touched; an empty handled marker becomes fm's marker ([CAP-3]); each
-//     source's sequence counter is raised to the highest imported sequence,
-//     so no sequence is used twice;
+//     source's sequence counter is raised to the highest sequence any
+//     evidence in the home says was used (evidence.go: inbox names, wake
+//     queue keys, watcher markers), so no sequence is used twice;
 //   - the wake queue is kept, made 0600, and its queue-seq high-water mark is
 //     kept at or above every queue-seq in it ([WAKE-1]); nothing is announced;
 //   - a received transfer's receipt of the earlier schema becomes fm's
