@@ -36,47 +36,49 @@ import (
 // is raised all the same, so a later registration of that id continues
 // above. A counter only rises. A sequence past procevent.MaxSeq is never
 // used: the import refuses with sequence-exhausted and names where it read
-// it, before any change. Anything else (a key of another shape, an id fm
-// would refuse) proves nothing about a sequence fm can use and is left alone.
+// it, before any change; Pending (doctor's look) leaves it to fm's own
+// readers, which refuse such a source with sequence-exhausted. Anything
+// else (a key of another shape, an id fm would refuse) proves nothing about
+// a sequence fm can use and is left alone.
 
 // keyPrefix begins every key of a capture's wake.
 const keyPrefix = "procevent:"
 
 // sawKey records the sequence the wake key names, if it is a capture's key.
-func (p *plan) sawKey(key, where string) error {
+func (p *plan) sawKey(key, where string) {
 	rest, ok := strings.CutPrefix(key, keyPrefix)
 	i := strings.LastIndexByte(rest, ':')
-	if !ok || i < 0 {
-		return nil
+	if ok && i >= 0 {
+		p.sawSeq(rest[:i], rest[i+1:], where)
 	}
-	return p.sawSeq(rest[:i], rest[i+1:], where)
 }
 
-// sawSeq records that source id used the sequence written as digits.
-func (p *plan) sawSeq(id, digits, where string) error {
+// sawSeq records that source id used the sequence written as digits (one
+// past the bound: p.pastBound).
+func (p *plan) sawSeq(id, digits, where string) {
 	if digits == "" || strings.Trim(digits, "0123456789") != "" || protocol.CheckSourceID(id) != nil {
-		return nil
+		return
 	}
 	seq, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil || seq > procevent.MaxSeq {
-		return errcode.New(errcode.SequenceExhausted, "%s names sequence %s of source %q, past the last sequence %d: fm never uses it and cannot count past it; remove that entry, then run fm home import again",
-			where, shown.Token(digits), id, int64(procevent.MaxSeq))
+		if p.pastBound == nil {
+			p.pastBound = errcode.New(errcode.SequenceExhausted, "%s names sequence %s of source %q, past the last sequence %d: fm never uses it and cannot count past it; remove that entry, then run fm home import again",
+				where, shown.Token(digits), id, int64(procevent.MaxSeq))
+		}
+		return
 	}
 	if p.high == nil {
 		p.high = map[string]int64{}
 	}
 	p.high[id] = max(p.high[id], seq)
-	return nil
 }
 
 // sawMarker records the key of a watcher marker named n (without its
 // directory), if its suffix is the hex of a capture's key.
-func (p *plan) sawMarker(n, where string) error {
-	key, err := hex.DecodeString(strings.TrimPrefix(n, markerPrefix))
-	if err != nil {
-		return nil
+func (p *plan) sawMarker(n, where string) {
+	if key, err := hex.DecodeString(strings.TrimPrefix(n, markerPrefix)); err == nil {
+		p.sawKey(string(key), where)
 	}
-	return p.sawKey(string(key), where)
 }
 
 // markerPrefix begins the name of the earlier implementation's watcher
@@ -100,9 +102,7 @@ func (p *plan) scanQueue(path string) error {
 			return errcode.Wrap(errcode.Internal, err, "read wake queue %s", path)
 		}
 		if fields := bytes.SplitN(b, []byte{'\t'}, 5); first && len(fields) == 5 {
-			if kerr := p.sawKey(string(fields[3]), fmt.Sprintf("wake queue %s line %d", path, line)); kerr != nil {
-				return kerr
-			}
+			p.sawKey(string(fields[3]), fmt.Sprintf("wake queue %s line %d", path, line))
 		}
 		switch err {
 		case io.EOF:
@@ -118,13 +118,12 @@ func (p *plan) scanQueue(path string) error {
 
 // sawEntry records the sequence of the inbox entry n when it is a result or
 // a handled marker: <id>.<digits>.result or .handled.
-func (p *plan) sawEntry(n string) error {
+func (p *plan) sawEntry(n string) {
 	for _, s := range []string{resultSuffix, handledSuffix} {
 		if rest, ok := strings.CutSuffix(n, s); ok {
 			if dot := strings.LastIndexByte(rest, '.'); dot > 0 {
-				return p.sawSeq(rest[:dot], rest[dot+1:], "inbox entry "+filepath.Join(p.h.Inbox(), n))
+				p.sawSeq(rest[:dot], rest[dot+1:], "inbox entry "+filepath.Join(p.h.Inbox(), n))
 			}
 		}
 	}
-	return nil
 }

@@ -65,6 +65,7 @@
 package homeimport
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,6 +142,9 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.pastBound != nil {
+		return nil, p.pastBound
+	}
 	if dryRun || !p.todo() {
 		rep := p.report()
 		rep.DryRun = dryRun
@@ -157,6 +161,9 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	}
 	if p, err = scan(h); err != nil {
 		return nil, err
+	}
+	if p.pastBound != nil {
+		return nil, p.pastBound
 	}
 	rep := p.report()
 	if !p.todo() { // another import finished it meanwhile
@@ -191,6 +198,7 @@ type plan struct {
 	handled     []string // empty handled markers
 	counters    []counterFix
 	high        map[string]int64 // source id -> highest sequence used (evidence.go)
+	pastBound   error            // the first evidence of a sequence past the bound (evidence.go)
 	sources     []sourceFix
 	removals    []string // runtime files and markers
 	temps       []string // the import's own, of an interrupted run
@@ -465,9 +473,7 @@ func (p *plan) scanState() error {
 	for _, n := range names {
 		switch {
 		case strings.HasPrefix(n, markerPrefix):
-			if err := p.sawMarker(n, "watcher marker "+filepath.Join(s, n)); err != nil {
-				return err
-			}
+			p.sawMarker(n, "watcher marker "+filepath.Join(s, n))
 			p.removals = append(p.removals, filepath.Join(s, n))
 		case n == ".wake-queue.lock":
 			p.removals = append(p.removals, filepath.Join(s, n))
@@ -622,9 +628,7 @@ func (p *plan) scanInbox() error {
 		return id + "." + strconv.FormatInt(seq, 10) + suffix
 	}
 	for _, n := range names {
-		if err := p.sawEntry(n); err != nil {
-			return err
-		}
+		p.sawEntry(n)
 		id, seq, suffix, ok := splitName(n)
 		if !ok {
 			if strings.HasSuffix(n, resultSuffix) {
@@ -642,7 +646,7 @@ func (p *plan) scanInbox() error {
 		}
 		switch suffix {
 		case resultSuffix:
-			if have[key(id, seq, metaSuffix)] {
+			if have[key(id, seq, metaSuffix)] || seq > procevent.MaxSeq { // past the bound: p.pastBound
 				continue
 			}
 			r, err := p.legacyResult(id, seq, st, have)
@@ -681,6 +685,10 @@ func (p *plan) planCounters() error {
 	sort.Strings(ids)
 	for _, id := range ids {
 		from, err := p.readCounter(id)
+		if errcode.Is(err, errcode.SequenceExhausted) {
+			p.pastBound = cmp.Or(p.pastBound, err) // a counter past the bound: as evidence past it
+			continue
+		}
 		if err != nil {
 			return err
 		}
