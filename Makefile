@@ -1,13 +1,14 @@
 # fm: the Firstmate extension host.
 #   make build   builds bin/fm
 #   make demo    runs the main job end to end on a throwaway home
-#   make test    runs every test, as this user and as an unprivileged one
+#   make test    runs every test, as this user and as an unprivileged one, and
+#                the SDK's (pkg/adapter) under the race detector
 #   make bench   measures against the floor (see docs/performance.md)
 #   make crash   2,000 crash-injection points; make soak: the 10-minute serve
 #                soak (see docs/reliability.md)
 GO ?= go
 
-.PHONY: build demo test test-root test-unprivileged fuzz bench crash soak vet
+.PHONY: build demo test test-root test-race test-unprivileged fuzz bench crash soak vet
 
 build:
 	$(GO) build -o bin/fm ./cmd/fm
@@ -18,10 +19,15 @@ demo: build
 vet:
 	$(GO) vet ./...
 
-test: vet test-root fuzz test-unprivileged
+test: vet test-root test-race fuzz test-unprivileged
 
 test-root:
 	$(GO) test -count=1 ./...
+
+# The SDK promises what is safe for concurrent use (pkg/adapter doc): its
+# tests run under the race detector, which needs cgo (a C compiler).
+test-race:
+	CGO_ENABLED=1 $(GO) test -count=1 -race ./pkg/adapter/...
 
 test-unprivileged:
 	bash scripts/test-unprivileged.sh

@@ -238,6 +238,10 @@ func loadAll(h *home.Home, retiring string) ([]*Binding, error) {
 	if err := home.CheckPrivate(dir, true); err != nil {
 		return nil, err
 	}
+	// config/ too: a mount over it carries extensions.d along unseen.
+	if err := fsutil.OnParentMount(filepath.Dir(dir), -1, "config directory"); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		out, err := load(h, dir, attempt == relistBound, retiring)
 		if err != errVanished {

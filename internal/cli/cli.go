@@ -31,6 +31,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // Version is fm's version, printed by `fm version`.
@@ -273,9 +274,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func oneLine(s string) string {
-	return strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
-}
+// oneLine makes an error's text one plain line (shown.Flatten): no line
+// break, carriage return, escape sequence or formatting character of any
+// text an error quotes can end, rewrite or forge the error line.
+func oneLine(s string) string { return shown.Flatten(s) }
 
 func usageErr(w io.Writer, err error, usage string) int {
 	fmt.Fprintf(w, "error[usage]: %s\n", oneLine(err.Error()))

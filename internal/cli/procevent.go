@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -12,8 +13,10 @@ import (
 	"text/tabwriter"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/shown"
 	"firstmate.dev/fm/pkg/adapter/wire"
 	"firstmate.dev/fm/pkg/fmjson"
 )
@@ -66,11 +69,29 @@ func proceventRegisterExtension(e *Env, f *registerExtensionFlags, args []string
 	}
 	fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
 	fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
-	// [REG-2]'s bin/fm-procevent.sh, spelled as the code root's
-	// wrapper by its absolute path, so the line works from any
-	// directory (docs/configuration.md §4).
-	fmt.Fprintf(e.Stdout, "retire: %s retire %s --if-owner %s\n", shellWord(filepath.Join(h.Root, "bin", "fm-procevent.sh")), r.SourceID, r.Token)
+	fmt.Fprintf(e.Stdout, "retire: %s %s --if-owner %s\n", retireProgram(h), r.SourceID, r.Token)
 	return nil
+}
+
+// retireProgram is the program and verb the retire line of [REG-2] names,
+// by absolute path so that the line works from any directory, and always a
+// program that exists: the code root's wrapper bin/fm-procevent.sh where it
+// is installed (an executable regular file), else the running fm with
+// `procevent retire` (fm run from a directory that is not a bin/, or
+// installed alone). Either is quoted for a POSIX shell where it needs it.
+func retireProgram(h *home.Home) string {
+	wrapper := filepath.Join(h.Root, "bin", "fm-procevent.sh")
+	if fi, err := os.Stat(wrapper); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return shellWord(wrapper) + " retire"
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil || !shown.Plain(exe) {
+		return "fm procevent retire" // the running fm cannot be named on one line: by PATH
+	}
+	return shellWord(exe) + " procevent retire"
 }
 
 // retireFlags are the conditions of procevent retire.

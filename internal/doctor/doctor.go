@@ -34,6 +34,8 @@ import (
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/remote"
+	"firstmate.dev/fm/internal/shown"
+	"firstmate.dev/fm/internal/transfer"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -98,6 +100,7 @@ func Check(h *home.Home) []Finding {
 			d.checkBinding(b)
 		}
 	}
+	d.checkTransfers(bs, err == nil)
 	d.checkInvocations()
 	d.checkTemps()
 	d.checkSources(bs, err == nil)
@@ -227,12 +230,29 @@ func (d *checker) checkBinding(b *binding.Binding) {
 		err = errcode.Wrap(errcode.Of(err), err, "%s@%s", b.ExtensionID, b.ExtensionVersion)
 		fix := "the store copy changed after bind, so nothing will run it: restore it, or move the binding aside, remove the copy and bind again (docs/configuration.md §3, \"A damaged store copy\")"
 		if errcode.Is(err, errcode.PackageMissing) {
-			fix = fmt.Sprintf("move the binding aside and bind again from %s (docs/configuration.md §3, \"A damaged store copy\")", b.Source.Path)
+			fix = fmt.Sprintf("move the binding aside and bind again from %s (docs/configuration.md §3, \"A damaged store copy\")", shown.Path(b.Source.Path))
 		}
 		d.fail("binding", err, fix)
 		return
 	}
 	d.ok("binding", "%s@%s: installed package %s verifies", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
+}
+
+// checkTransfers reports, only when there are any, the transfer units an
+// interrupted receive-transfer-bind or retire-transfer left half-way
+// (transfer.Partials), each with the command that finishes it.
+func (d *checker) checkTransfers(bs []*binding.Binding, registryOK bool) {
+	partials, err := transfer.Partials(d.h, bs, registryOK)
+	if err != nil {
+		d.fail("transfer", err, "")
+	}
+	for _, p := range partials {
+		if p.Failing {
+			d.fails("transfer", errcode.RetirementPartial, p.Fix, "%s", p.What)
+		} else {
+			d.warn("transfer", p.Fix, "%s", p.What)
+		}
+	}
 }
 
 // checkInvocations finds owner records whose host died ([GRP-3]).

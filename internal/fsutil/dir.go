@@ -24,6 +24,9 @@ type DirRule struct {
 	Perm DirPerm
 	// Canonical also requires that the path has no symlinked component.
 	Canonical bool
+	// SameMount also requires that the directory is on its parent's mount
+	// (OnParentMount).
+	SameMount bool
 }
 
 // DirPerm is the permission part of a DirRule.
@@ -60,7 +63,7 @@ func OpenDir(path string, r DirRule) (*os.File, error) {
 			// O_NOFOLLOW|O_DIRECTORY reports a link as either: say which.
 			var st unix.Stat_t
 			if unix.Lstat(path, &st) == nil {
-				if cerr := r.check(path, &st); cerr != nil {
+				if cerr := r.check(path, &st, -1); cerr != nil {
 					return nil, cerr
 				}
 			}
@@ -73,7 +76,7 @@ func OpenDir(path string, r DirRule) (*os.File, error) {
 		unix.Close(fd)
 		return nil, errcode.Wrap(errcode.PathUnsafe, err, "stat %s %q", r.what(), path)
 	}
-	if err := r.check(path, &st); err != nil {
+	if err := r.check(path, &st, fd); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
@@ -93,7 +96,7 @@ func CheckDir(path string, r DirRule) error {
 		// layer, "directory <path>: <errno>".
 		return errcode.Wrap(errcode.PathUnsafe, err, "%s %q", r.what(), path)
 	}
-	return r.check(path, &st)
+	return r.check(path, &st, -1)
 }
 
 func (r DirRule) openErr(path string, err error) error {
@@ -103,8 +106,9 @@ func (r DirRule) openErr(path string, err error) error {
 	return errcode.Wrap(errcode.PathUnsafe, err, "open %s %q", r.what(), path)
 }
 
-// check applies r to st, the status of the directory path.
-func (r DirRule) check(p string, st *unix.Stat_t) error {
+// check applies r to st, the status of the directory path (open as fd, or
+// -1).
+func (r DirRule) check(p string, st *unix.Stat_t, fd int) error {
 	w, mode := r.what(), st.Mode&0o7777
 	switch {
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
@@ -124,6 +128,9 @@ func (r DirRule) check(p string, st *unix.Stat_t) error {
 		if !Canonical(p) {
 			return errcode.New(errcode.PathUnsafe, "%s %q is not canonical (a path component is a symlink); use the path without links (FM_HOME, FM_STATE_OVERRIDE)", w, p)
 		}
+	}
+	if r.SameMount {
+		return OnParentMount(p, fd, w)
 	}
 	return nil
 }

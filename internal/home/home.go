@@ -26,6 +26,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // Home is one resolved Firstmate home. All paths are absolute and canonical.
@@ -74,6 +75,11 @@ func Resolve() (*Home, error) {
 		state = filepath.Join(dir, "state")
 	}
 	h := &Home{Root: root, Dir: dir, State: filepath.Clean(state)}
+	for _, p := range []struct{ path, what string }{{h.Root, "code root"}, {h.Dir, "home"}, {h.State, "state root"}} {
+		if !shown.Plain(p.path) {
+			return nil, errcode.New(errcode.HomeInvalid, "%s %s holds a control or formatting character, a line break or invalid UTF-8; fm prints its paths on lines of their own, so it refuses one that could end or forge a line: use a path without them", p.what, shown.Path(p.path))
+		}
+	}
 	if _, err := os.Lstat(h.State); err == nil {
 		if err := CheckPrivate(h.State, false); err != nil {
 			return nil, err
@@ -150,11 +156,12 @@ func (h *Home) Inbox() string { return filepath.Join(h.State, "procevent-inbox")
 func (h *Home) WakeQueue() string { return filepath.Join(h.State, ".wake-queue") }
 
 // PrivateRule is the private-directory rule of a home's directories
-// (fsutil.DirRule): not a link, canonical, owned by the user, and without
-// group/other write bits [HOME-3]; with exact, its permission bits must be
+// (fsutil.DirRule): not a link, canonical, owned by the user, without
+// group/other write bits, and on the mount of its parent (not a mount point:
+// fsutil.OnParentMount) [HOME-3]; with exact, its permission bits must be
 // exactly 0700 [CAP-6].
 func PrivateRule(exact bool) fsutil.DirRule {
-	r := fsutil.DirRule{Perm: fsutil.NoGroupWrite, Canonical: true}
+	r := fsutil.DirRule{Perm: fsutil.NoGroupWrite, Canonical: true, SameMount: true}
 	if exact {
 		r.Perm = fsutil.Exact0700
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/shown"
 )
 
 func canon(t *testing.T, p string) string {
@@ -191,5 +192,49 @@ func TestResolveRelativeRoots(t *testing.T) {
 		if errcode.Of(err) != errcode.HomeInvalid || !strings.Contains(err.Error(), v+`="`+rel+`" is relative`) {
 			t.Errorf("%s=%s: %v, want home-invalid naming %s", v, rel, err, v)
 		}
+	}
+}
+
+// [HOME-2] [HOME-3] A home, state root or code root whose canonical path
+// holds a tab, a line break, any other control character, a formatting
+// character or invalid UTF-8 is refused (home-invalid, the path shown
+// escaped): fm prints these paths on lines of their own. Through a symlink
+// without such characters the canonical path still holds them and is
+// refused too. A path with other non-ASCII text is accepted.
+func TestResolveRefusesUnprintablePaths(t *testing.T) {
+	base := canon(t, t.TempDir())
+	for _, name := range []string{"a\tb", "a\nb", "a\rcaptured: x", "a\x1b[2Jb", "a\x7fb", "a\u0085b", "a\u202eb", "a\u2028b", "a\xffb"} {
+		dir := filepath.Join(base, name)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(base, "link")
+		os.Remove(link)
+		if err := os.Symlink(dir, link); err != nil {
+			t.Fatal(err)
+		}
+		for _, env := range [][2]string{{"FM_HOME", dir}, {"FM_HOME", link}, {"FM_ROOT_OVERRIDE", dir}} {
+			t.Setenv("FM_HOME", base)
+			t.Setenv("FM_ROOT_OVERRIDE", base)
+			t.Setenv("FM_STATE_OVERRIDE", "")
+			t.Setenv(env[0], env[1])
+			_, err := Resolve()
+			if errcode.Of(err) != errcode.HomeInvalid || !strings.Contains(err.Error(), "control or formatting") || !shown.Plain(err.Error()) {
+				t.Errorf("%s=%q: %v", env[0], env[1], err)
+			}
+		}
+		t.Setenv("FM_HOME", base)
+		t.Setenv("FM_STATE_OVERRIDE", filepath.Join(dir, "state"))
+		if _, err := Resolve(); errcode.Of(err) != errcode.HomeInvalid {
+			t.Errorf("FM_STATE_OVERRIDE under %q: %v", name, err)
+		}
+	}
+	ok := filepath.Join(base, "état ümlaut 家")
+	os.Mkdir(ok, 0o700)
+	t.Setenv("FM_HOME", ok)
+	t.Setenv("FM_ROOT_OVERRIDE", base)
+	t.Setenv("FM_STATE_OVERRIDE", "")
+	if _, err := Resolve(); err != nil {
+		t.Fatalf("a printable non-ASCII home: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // Backups: every file the import replaces or removes is first copied, exactly
@@ -53,7 +54,7 @@ func ownTemp(dir, name string) bool {
 // imported is data/imported of h.
 func imported(h *home.Home) string { return filepath.Join(h.Dir, "data", "imported") }
 
-// relative is path as it is kept under a run directory, and as it is shown.
+// relative is path as it is kept under a run directory.
 func relative(h *home.Home, path string) string {
 	if r, err := filepath.Rel(h.Dir, path); err == nil && !strings.HasPrefix(r, "..") {
 		return r
@@ -63,6 +64,10 @@ func relative(h *home.Home, path string) string {
 	}
 	return path
 }
+
+// display is path as the import's report shows it: relative, and a name
+// the import did not write shown safely (shown.Path).
+func display(h *home.Home, path string) string { return shown.Path(relative(h, path)) }
 
 // openRun returns the run directory of the import: the one the journal
 // names, or a new one when there is none. The journal is published before

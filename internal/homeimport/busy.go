@@ -17,6 +17,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/procevent"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // Whether the earlier implementation may still run in a home ([LIFE-1]).
@@ -124,7 +125,7 @@ func lockHolder(path string) string {
 	pid, ok := pidIn(filepath.Join(target, "pid"))
 	switch {
 	case !ok:
-		return "a holder whose pid cannot be read from " + filepath.Join(target, "pid")
+		return "a holder whose pid cannot be read from " + shown.Path(filepath.Join(target, "pid"))
 	case alive(pid):
 		return "pid " + strconv.Itoa(pid)
 	}
@@ -146,9 +147,9 @@ func busy(h *home.Home) ([]string, error) {
 			ids[id] = true
 			switch pid, ok := pidIn(filepath.Join(reg, n)); {
 			case !ok:
-				out = append(out, fmt.Sprintf("the runner file %s does not hold a pid: make sure no runner of source %q runs, then remove it", filepath.Join(reg, n), id))
+				out = append(out, fmt.Sprintf("the runner file %s does not hold a pid: make sure no runner of source %q runs, then remove it", shown.Path(filepath.Join(reg, n)), id))
 			case alive(pid):
-				out = append(out, fmt.Sprintf("the runner of source %q (pid %d, %s) is alive: stop the earlier implementation's runner (kill %d) and wait until it exits", id, pid, filepath.Join(reg, n), pid))
+				out = append(out, fmt.Sprintf("the runner of source %q (pid %d, %s) is alive: stop the earlier implementation's runner (kill %d) and wait until it exits", id, pid, shown.Path(filepath.Join(reg, n)), pid))
 			}
 		} else if id, ok := strings.CutSuffix(n, ".source"); ok {
 			ids[id] = true
@@ -178,7 +179,7 @@ func busy(h *home.Home) ([]string, error) {
 				// nor whether its runner lives. A claim of one of this
 				// home's sources may be a live runner's, so it refuses.
 				if ids[id] || len(l) > 0 && samePath(l[0], h.Dir) {
-					out = append(out, fmt.Sprintf("the claim %s of source %q cannot be read as a claim (a regular file of 12 lines): make sure no runner of that source runs, then remove it", path, id))
+					out = append(out, fmt.Sprintf("the claim %s of source %q cannot be read as a claim (a regular file of 12 lines): make sure no runner of that source runs, then remove it", shown.Path(path), id))
 				}
 				continue
 			}
@@ -191,15 +192,15 @@ func busy(h *home.Home) ([]string, error) {
 			}
 			switch pid, err := strconv.Atoi(l[1]); {
 			case err != nil || pid <= 0:
-				out = append(out, fmt.Sprintf("the claim %s of source %q is %q but holds no runner pid: make sure no runner of that source runs, then remove it", path, id, l[6]))
+				out = append(out, fmt.Sprintf("the claim %s of source %q is %q but holds no runner pid: make sure no runner of that source runs, then remove it", shown.Path(path), id, l[6]))
 			case alive(pid):
-				out = append(out, fmt.Sprintf("the claim %s of source %q is %q and its runner pid %d is alive: stop that runner and wait until it exits", path, id, l[6], pid))
+				out = append(out, fmt.Sprintf("the claim %s of source %q is %q and its runner pid %d is alive: stop that runner and wait until it exits", shown.Path(path), id, l[6], pid))
 			}
 		}
 		for id := range ids {
 			p := filepath.Join(root, id+".lock")
 			if who := lockHolder(p); who != "" {
-				out = append(out, fmt.Sprintf("the source lock %s is held by %s: let that runner of the earlier implementation finish (or stop it)", p, who))
+				out = append(out, fmt.Sprintf("the source lock %s is held by %s: let that runner of the earlier implementation finish (or stop it)", shown.Path(p), who))
 			}
 		}
 	}
@@ -215,7 +216,7 @@ func busy(h *home.Home) ([]string, error) {
 		}
 	}
 	if len(foreign) > 0 {
-		out = append(out, fmt.Sprintf("%s holds invocation records of the earlier implementation (%s): stop its host (fm-extension.mjs) and let it finish; if none runs, make sure no process of the group they name remains, then move them out of that directory", inv, strings.Join(foreign, ", ")))
+		out = append(out, fmt.Sprintf("%s holds invocation records of the earlier implementation (%s): stop its host (fm-extension.mjs) and let it finish; if none runs, make sure no process of the group they name remains, then move them out of that directory", inv, shown.Path(strings.Join(foreign, ", "))))
 	}
 	held, err := procevent.Held(h)
 	if err != nil {

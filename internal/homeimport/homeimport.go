@@ -10,8 +10,9 @@
 //     .generation) become its .meta.json, with exactly the sidecars'
 //     identity ([CAP-1], [CAP-4]); the result's bytes and sequence are never
 //     touched; an empty handled marker becomes fm's marker ([CAP-3]); each
-//     source's sequence counter is raised to the highest imported sequence,
-//     so no sequence is used twice;
+//     source's sequence counter is raised to the highest sequence any
+//     evidence in the home says was used (evidence.go: inbox names, wake
+//     queue keys, watcher markers), so no sequence is used twice;
 //   - the wake queue is kept, made 0600, and its queue-seq high-water mark is
 //     kept at or above every queue-seq in it ([WAKE-1]); nothing is announced;
 //   - a received transfer's receipt of the earlier schema becomes fm's
@@ -64,6 +65,7 @@
 package homeimport
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -140,7 +142,10 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if dryRun || !p.legacy() {
+	if p.pastBound != nil {
+		return nil, p.pastBound
+	}
+	if dryRun || !p.todo() {
 		rep := p.report()
 		rep.DryRun = dryRun
 		return rep, nil
@@ -157,8 +162,11 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	if p, err = scan(h); err != nil {
 		return nil, err
 	}
+	if p.pastBound != nil {
+		return nil, p.pastBound
+	}
 	rep := p.report()
-	if !p.legacy() { // another import finished it meanwhile
+	if !p.todo() { // another import finished it meanwhile
 		return rep, nil
 	}
 	if err := p.execute(rep); err != nil {
@@ -189,6 +197,8 @@ type plan struct {
 	sidecars    []string // of results that have their meta
 	handled     []string // empty handled markers
 	counters    []counterFix
+	high        map[string]int64 // source id -> highest sequence used (evidence.go)
+	pastBound   error            // the first evidence of a sequence past the bound (evidence.go)
 	sources     []sourceFix
 	removals    []string // runtime files and markers
 	temps       []string // the import's own, of an interrupted run
@@ -232,6 +242,14 @@ func (p *plan) legacy() bool {
 	return len(p.pending()) > 0
 }
 
+// todo reports whether an import has anything to change: the earlier
+// implementation's files, or a counter below the evidence of a used
+// sequence (a home imported before the queue and markers were read as
+// evidence).
+func (p *plan) todo() bool {
+	return p.legacy() || len(p.counters) > 0
+}
+
 func (p *plan) pending() []string {
 	var out []string
 	add := func(n int, what string) {
@@ -257,10 +275,10 @@ func (p *plan) report() *Report {
 		rep.Lines = append(rep.Lines, Line{kind, subject, fmt.Sprintf(format, args...)})
 	}
 	for _, m := range slices.Concat(p.files, p.dirs) {
-		add("mode", relative(p.h, m.path), "%04o -> %04o", m.from, m.to)
+		add("mode", display(p.h, m.path), "%04o -> %04o", m.from, m.to)
 	}
 	if m := p.mark; m != nil {
-		add("wake", relative(p.h, m.path), "queue-seq high-water mark %d (was %d); nothing announced", m.to, m.from)
+		add("wake", display(p.h, m.path), "queue-seq high-water mark %d (was %d); nothing announced", m.to, m.from)
 	}
 	for _, r := range p.receipts {
 		add("transfer", r.id+"@"+r.version, "%s: receipt converted, manifest rebuilt from the staged package", r.digest)
@@ -277,7 +295,7 @@ func (p *plan) report() *Report {
 		rep.Results++
 	}
 	for _, n := range p.handled {
-		add("handled", relative(p.h, n), "marker converted")
+		add("handled", display(p.h, n), "marker converted")
 	}
 	for _, c := range p.counters {
 		add("counter", c.id, "next sequence %d (counter %d -> %d)", c.to+1, c.from, c.to)
@@ -292,7 +310,7 @@ func (p *plan) report() *Report {
 	}
 	rep.Lines = append(rep.Lines, p.warnings...)
 	for _, n := range p.removals {
-		add("removed", relative(p.h, n), "runtime file of the earlier implementation")
+		add("removed", display(p.h, n), "runtime file of the earlier implementation")
 	}
 	return rep
 }
@@ -392,7 +410,7 @@ func scan(h *home.Home) (*plan, error) {
 			return nil, err
 		}
 	}
-	for _, step := range []func() error{p.scanState, p.scanReceipts, p.scanInbox, p.scanRegistry} {
+	for _, step := range []func() error{p.scanState, p.scanReceipts, p.scanInbox, p.scanRegistry, p.planCounters} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -454,7 +472,10 @@ func (p *plan) scanState() error {
 	}
 	for _, n := range names {
 		switch {
-		case n == ".wake-queue.lock" || strings.HasPrefix(n, ".seen-procevent-"):
+		case strings.HasPrefix(n, markerPrefix):
+			p.sawMarker(n, "watcher marker "+filepath.Join(s, n))
+			p.removals = append(p.removals, filepath.Join(s, n))
+		case n == ".wake-queue.lock":
 			p.removals = append(p.removals, filepath.Join(s, n))
 		case ownTemp(s, n):
 			p.temps = append(p.temps, filepath.Join(s, n))
@@ -467,6 +488,9 @@ func (p *plan) scanState() error {
 			return err
 		}
 		if high, err = highestWake(queue); err != nil {
+			return err
+		}
+		if err := p.scanQueue(queue); err != nil {
 			return err
 		}
 	}
@@ -600,15 +624,15 @@ func (p *plan) scanInbox() error {
 	for _, n := range names {
 		have[n] = true
 	}
-	high := map[string]int64{}
 	key := func(id string, seq int64, suffix string) string {
 		return id + "." + strconv.FormatInt(seq, 10) + suffix
 	}
 	for _, n := range names {
+		p.sawEntry(n)
 		id, seq, suffix, ok := splitName(n)
 		if !ok {
 			if strings.HasSuffix(n, resultSuffix) {
-				p.warnings = append(p.warnings, Line{"ignored", relative(p.h, filepath.Join(inbox, n)), "not a result name fm reads (<source-id>.<seq>.result, seq 1 or more without a leading zero); left as it is, not in fm's inbox"})
+				p.warnings = append(p.warnings, Line{"ignored", display(p.h, filepath.Join(inbox, n)), "not a result name fm reads (<source-id>.<seq>.result, seq 1 or more without a leading zero); left as it is, not in fm's inbox"})
 			}
 			continue
 		}
@@ -622,8 +646,7 @@ func (p *plan) scanInbox() error {
 		}
 		switch suffix {
 		case resultSuffix:
-			high[id] = max(high[id], seq)
-			if have[key(id, seq, metaSuffix)] {
+			if have[key(id, seq, metaSuffix)] || seq > procevent.MaxSeq { // past the bound: p.pastBound
 				continue
 			}
 			r, err := p.legacyResult(id, seq, st, have)
@@ -632,7 +655,6 @@ func (p *plan) scanInbox() error {
 			}
 			p.results = append(p.results, *r)
 		case handledSuffix:
-			high[id] = max(high[id], seq)
 			if st.Size == 0 {
 				p.handled = append(p.handled, path)
 			}
@@ -650,18 +672,28 @@ func (p *plan) scanInbox() error {
 			}
 		}
 	}
-	ids := make([]string, 0, len(high))
-	for id := range high {
+	return nil
+}
+
+// planCounters plans raising the counter of every source whose evidence
+// (p.high) is above it.
+func (p *plan) planCounters() error {
+	ids := make([]string, 0, len(p.high))
+	for id := range p.high {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		from, err := readCounter(filepath.Join(p.h.Registrations(), id+".seq"))
+		from, err := p.readCounter(id)
+		if errcode.Is(err, errcode.SequenceExhausted) {
+			p.pastBound = cmp.Or(p.pastBound, err) // a counter past the bound: as evidence past it
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		if from < high[id] {
-			p.counters = append(p.counters, counterFix{id, from, high[id]})
+		if from < p.high[id] {
+			p.counters = append(p.counters, counterFix{id, from, p.high[id]})
 		}
 	}
 	return nil
@@ -735,8 +767,10 @@ func (p *plan) checkLeftover(id string, seq int64, have map[string]bool) error {
 	return nil
 }
 
-// readCounter reads a source's sequence counter (0 when absent).
-func readCounter(path string) (int64, error) {
+// readCounter reads the sequence counter of source id (0 when absent) by
+// fm's own rule (procevent.ParseCounter).
+func (p *plan) readCounter(id string) (int64, error) {
+	path := filepath.Join(p.h.Registrations(), id+".seq")
 	data, err := readSmall(path)
 	if os.IsNotExist(err) {
 		return 0, nil
@@ -744,11 +778,7 @@ func readCounter(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, perr := strconv.ParseInt(strings.TrimSuffix(string(data), "\n"), 10, 64)
-	if perr != nil || n < 0 {
-		return 0, errcode.New(errcode.SchemaInvalid, "sequence counter %s is not a decimal number; fix or remove it", path)
-	}
-	return n, nil
+	return procevent.ParseCounter(id, path, data)
 }
 
 // runtime reports whether n is a runtime file the earlier implementation

@@ -25,10 +25,10 @@ func TestImportRefusesBeforeAnyChange(t *testing.T) {
 		// fm records a result's sequence in its meta as an exact JSON
 		// integer: above 2^53 it would not read back, and every fm reader
 		// of the inbox would then fail on the imported meta.
-		{"sequence-max-int64", "schema-invalid", func(f *fixture) string {
+		{"sequence-max-int64", "sequence-exhausted", func(f *fixture) string {
 			return f.plantResult("web.9223372036854775807")
 		}},
-		{"sequence-2^53+1", "schema-invalid", func(f *fixture) string {
+		{"sequence-2^53+1", "sequence-exhausted", func(f *fixture) string {
 			return f.plantResult("web.9007199254740993")
 		}},
 		// An argument that is not UTF-8 cannot be a JSON string: the

@@ -150,7 +150,7 @@ func openRecordDir(path string, create bool) (*recordDir, error) {
 
 // recordDirRule is the private-directory rule of the records directory
 // [HOME-4]: no group or other permission bit at all.
-var recordDirRule = fsutil.DirRule{What: "invocation records directory", Perm: fsutil.OwnerOnly}
+var recordDirRule = fsutil.DirRule{What: "invocation records directory", Perm: fsutil.OwnerOnly, SameMount: true}
 
 func (d *recordDir) close() { d.dir.Close() }
 

@@ -15,6 +15,7 @@ import (
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/internal/shown"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/pkg/adapter/wire"
 	"firstmate.dev/fm/pkg/fmjson"
@@ -223,13 +224,20 @@ func (d *dirs) counter(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return ParseCounter(id, path, data)
+}
+
+// ParseCounter reads data, the counter of source id at path: decimal digits
+// and an optional newline (schema-invalid otherwise), at most MaxSeq
+// (sequence-exhausted otherwise).
+func ParseCounter(id, path string, data []byte) (int64, error) {
 	digits := strings.TrimSuffix(string(data), "\n")
 	if digits == "" || strings.Trim(digits, "0123456789") != "" {
 		return 0, errcode.New(errcode.SchemaInvalid, "sequence counter %q is not a decimal number; fix or remove it", path)
 	}
 	n, perr := strconv.ParseInt(digits, 10, 64)
 	if perr != nil || n > MaxSeq {
-		return 0, exhausted(id, fmt.Sprintf("counter %s holds %s, past the last sequence", path, digits))
+		return 0, exhausted(id, fmt.Sprintf("counter %s holds %s, past the last sequence", path, shown.Token(digits)))
 	}
 	return n, nil
 }

@@ -1,11 +1,13 @@
 package reliability
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -536,6 +538,7 @@ func (c *crasher) transferCycle() {
 		c.left(r, kRetireTransfer, "enabled")
 	case c.digestOf(filepath.Join(unit(c.h.Staging()), transfer.BindingFile)) == b.Digest:
 		c.left(r, kRetireTransfer, "between-moves")
+		c.doctorSays("[XFER-6] a retire-transfer killed between its moves", "fm "+strings.Join(rt, " "))
 	case c.digestOf(kept) == b.Digest:
 		c.left(r, kRetireTransfer, "retired")
 	default:
@@ -544,6 +547,24 @@ func (c *crasher) transferCycle() {
 	c.okOr(nil, []string{"transfer-missing"}, rt...)
 	if c.binding(xferID) != nil || c.digestOf(kept) != b.Digest {
 		c.failf("[XFER-6] after the next retire-transfer the binding is enabled or not retained at %s", kept)
+	}
+}
+
+// doctorSays requires fm doctor --json to report a "transfer" finding
+// whose message or fix holds want: a half-finished operation is never called healthy.
+func (c *crasher) doctorSays(what, want string) {
+	c.t.Helper()
+	r := c.fm(nil, "doctor", "--json")
+	type finding struct{ Check, Message, Fix string }
+	var rep struct{ Findings []finding }
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		c.failf("%s: fm doctor --json: %v\n%s", what, err, r.stdout)
+		return
+	}
+	if !slices.ContainsFunc(rep.Findings, func(f finding) bool {
+		return f.Check == "transfer" && strings.Contains(f.Message+"\n"+f.Fix, want)
+	}) {
+		c.failf("%s: fm doctor --json does not report it with %q:\n%s", what, want, r.stdout)
 	}
 }
 
@@ -572,6 +593,7 @@ func (c *crasher) receive() (p *transfer.Package, unit func(area string) string)
 		c.left(r, kReceive, "bound")
 	case staged == nil:
 		c.left(r, kReceive, "staged-unbound(resumed)")
+		c.doctorSays("[XFER-3] a receive-transfer-bind killed before its bind", "no binding names it")
 	default:
 		c.left(r, kReceive, "nothing")
 	}

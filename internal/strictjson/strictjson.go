@@ -44,6 +44,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"firstmate.dev/fm/internal/errcode"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // MaxDepth bounds nesting of objects and arrays in any document read.
@@ -96,7 +97,7 @@ func DecodeWith(data []byte, limit int, what string, v any, opts DecodeOpts) err
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return errcode.New(errcode.Internal, "%s: decode target is not a pointer", what)
 	}
-	r := &reporter{what: what, hide: opts.HidePointers, root: rv.Type().Elem()}
+	r := &reporter{what: what, hide: opts.HidePointers, root: rv.Type().Elem(), data: data}
 	if err := r.checkSyntax(data); err != nil {
 		return err
 	}
@@ -115,6 +116,7 @@ type reporter struct {
 	what string
 	hide bool
 	root reflect.Type // nil: no key is known, every pointer is hidden
+	data []byte       // the document, for the positions of members (shownPointer)
 }
 
 // CheckSyntax verifies that data is exactly one strict JSON value with no
@@ -372,11 +374,11 @@ func (r *reporter) pointer(p string) string {
 	case whole && shown == "":
 		return "the document"
 	case whole:
-		return strconv.Quote(truncate(shown, 96))
+		return r.quote(shown)
 	case shown == "":
 		return "a value in the document"
 	}
-	return "a value in " + strconv.Quote(truncate(shown, 96))
+	return "a value in " + r.quote(shown)
 }
 
 // at is the place suffix of a refusal at the JSON pointer p (empty for none):
@@ -389,11 +391,11 @@ func (r *reporter) at(p string) string {
 	shown, whole := r.known(p)
 	switch {
 	case whole:
-		return " at " + strconv.Quote(truncate(shown, 96))
+		return " at " + r.quote(shown)
 	case shown == "":
 		return " in the document"
 	}
-	return " in " + strconv.Quote(truncate(shown, 96))
+	return " in " + r.quote(shown)
 }
 
 // known returns the longest prefix of the JSON pointer p that may be shown,
@@ -434,17 +436,11 @@ func (r *reporter) known(p string) (string, bool) {
 	return shown, true
 }
 
-// MaxShownKey bounds the bytes of an unknown member's name that a hidden
-// pointer shows (see unknownAt); a longer name is cut at a character
-// boundary, never inside a pointer escape (~0, ~1), and marked "...".
-const MaxShownKey = 32
-
 // unknownAt is the place suffix of an unknown member at the JSON pointer p.
 // With hide, a member directly inside an object whose pointer is all known
-// keys is named too: its last segment, cut to MaxShownKey bytes and, with the
-// whole pointer, quoted as printable ASCII (strconv.QuoteToASCII), so no
-// control byte, line break or look-alike character of the package's name
-// reaches a message. Any deeper unknown place stays hidden as in at.
+// keys is shown too (as every segment is, by quote: its name when
+// token-shaped, else its position), because its author needs it to fix the
+// answer. Any deeper unknown place stays hidden as in at.
 func (r *reporter) unknownAt(p string) string {
 	shown, whole := r.known(p)
 	if whole || !r.hide {
@@ -454,17 +450,47 @@ func (r *reporter) unknownAt(p string) string {
 	if !ok || strings.Contains(name, "/") {
 		return r.at(p)
 	}
-	if len(name) > MaxShownKey {
-		cut := MaxShownKey
-		for cut > 0 && !utf8.RuneStart(name[cut]) {
-			cut--
+	return " at " + r.quote(p)
+}
+
+// quote shows the JSON pointer p of r's document, quoted: a segment that is
+// token-shaped (shown.IsToken: [A-Za-z0-9_.-]{1,64}, which array indices
+// are) as it is, any other as "#<n>", the member's 1-based position in its
+// object ("#?" when it cannot be found), so no name the document's author
+// chose reaches a message unless it is a plain token (CONTRACT [OP-3]). The
+// result is printable ASCII, cut to at most 96 bytes and "...".
+func (r *reporter) quote(p string) string {
+	var b strings.Builder
+	prefix := ""
+	for _, seg := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		name := strings.NewReplacer("~1", "/", "~0", "~").Replace(seg)
+		b.WriteByte('/')
+		if shown.IsToken(name) {
+			b.WriteString(name)
+		} else if n := memberIndex(r.data, prefix+"/"+seg); n > 0 {
+			b.WriteString("#" + strconv.Itoa(n))
+		} else {
+			b.WriteString("#?")
 		}
-		if cut > 0 && name[cut-1] == '~' {
-			cut-- // never half of a pointer escape (~0, ~1)
-		}
-		name = name[:cut] + "..."
+		prefix += "/" + seg
 	}
-	return " at " + strconv.QuoteToASCII(shown+"/"+name)
+	return strconv.Quote(truncate(b.String(), 96))
+}
+
+// memberIndex returns the 1-based position of the object member at the JSON
+// pointer p among its object's members in data, 0 when there is none.
+func memberIndex(data []byte, p string) int {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return 0
+		}
+		// A name: the innermost object has an odd count of names and values.
+		if kind, n := dec.StackIndex(dec.StackDepth()); tok.Kind() == '"' && kind == '{' && n%2 == 1 && string(dec.StackPointer()) == p {
+			return int(n+1) / 2
+		}
+	}
 }
 
 func isIndex(s string) bool {

@@ -14,6 +14,7 @@ import (
 	"firstmate.dev/fm/internal/lifecycle"
 	"firstmate.dev/fm/internal/pkgtree"
 	"firstmate.dev/fm/internal/retire"
+	"firstmate.dev/fm/internal/shown"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/pkg/adapter/wire"
 )
@@ -228,7 +229,7 @@ func (u *unit) owns(rec *binding.Record, path string) error {
 	if rec.ExtensionID != u.id || rec.ExtensionVersion != u.version ||
 		rec.Source.Kind != binding.SourceKind || rec.Source.Path != filepath.Join(u.dir, PackageDir) ||
 		rec.PackageDigest != u.packageDigest || rec.ManifestSHA256 != u.manifestSHA256 {
-		return errcode.New(errcode.IntegrityMismatch, "binding %s is not the binding of the transfer staged at %s (source %s, package %s)", path, u.dir, rec.Source.Path, rec.PackageDigest)
+		return errcode.New(errcode.IntegrityMismatch, "binding %s is not the binding of the transfer staged at %s (source %s, package %s)", path, u.dir, shown.Path(rec.Source.Path), rec.PackageDigest)
 	}
 	return nil
 }

@@ -17,9 +17,14 @@
 //     queue is removed, truncated or compacted, so a reader can resume after
 //     any seq it saw. A queue at MaxSeq refuses every append with
 //     sequence-exhausted: it never writes a queue-seq readers would reject.
-//   - Tabs, newlines and carriage returns in key and payload become spaces, so
-//     one wake is always exactly one line with five fields. A kind is a
-//     lower-case word. Key and payload are bounded by MaxField bytes.
+//   - Control characters (tabs, newlines, carriage returns, escapes, ...),
+//     formatting characters and line separators in key and payload become
+//     spaces, and bytes that are not UTF-8 become U+FFFD, so one wake is
+//     always exactly one line with five fields and nothing a reader prints
+//     can end or rewrite a line of its output. A line in the queue whose key
+//     or payload breaks this (a queue written by another program, or edited)
+//     is a bad line. A kind is a lower-case word. Key and payload are bounded
+//     by MaxField bytes.
 //   - A crash can at worst leave a final line without its newline. Readers
 //     ignore any line that is not complete and well-formed, and the next
 //     Append first terminates such a torn tail with tornEnd, which keeps it
@@ -49,6 +54,7 @@ import (
 
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
+	"firstmate.dev/fm/internal/shown"
 )
 
 // FileName is the queue's name inside the state root ([HOME-4]).
@@ -81,8 +87,6 @@ func (w Wake) Line() string {
 // costs every fm process, launch barriers included, 0.15 ms before main.
 var kindRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`) })
 
-var flatten = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
-
 // Append durably appends one wake to the queue in the state directory state
 // (an open, already checked directory handle) and returns it. Its queue-seq
 // is one more than the greater of the high-water mark and the last
@@ -95,7 +99,7 @@ func Append(ctx context.Context, state *os.File, kind, key, payload string) (Wak
 	if !kindRe().MatchString(kind) {
 		return Wake{}, errcode.New(errcode.Internal, "wake kind %q must be a lower-case word", kind)
 	}
-	key, payload = flatten.Replace(key), flatten.Replace(payload)
+	key, payload = shown.Flatten(key), shown.Flatten(payload)
 	if len(key) > MaxField || len(payload) > MaxField {
 		return Wake{}, errcode.New(errcode.Internal, "wake key or payload longer than %d bytes", MaxField)
 	}
@@ -219,7 +223,7 @@ func Parse(line string) (w Wake, ok bool) {
 		return Wake{}, false
 	}
 	f := strings.Split(line, "\t")
-	if len(f) != 5 || !kindRe().MatchString(f[2]) {
+	if len(f) != 5 || !kindRe().MatchString(f[2]) || !shown.Plain(f[3]) || !shown.Plain(f[4]) {
 		return Wake{}, false
 	}
 	t, err1 := strconv.ParseInt(f[0], 10, 64)

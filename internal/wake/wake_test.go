@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,5 +198,36 @@ func TestEarlierQueueNeedsImport(t *testing.T) {
 	}
 	if _, err := Append(context.Background(), state, "check", "k", "p"); !errcode.Is(err, errcode.HomeImportNeeded) {
 		t.Fatalf("append to the earlier implementation's queue: %v", err)
+	}
+}
+
+// [WAKE-1] A line of the queue whose key or payload holds a control
+// character (an escape sequence, a carriage return), a formatting character
+// or bytes that are not UTF-8 (a queue another program wrote, or an edit) is
+// a bad line: readers skip and count it, so `fm wake list` never prints it;
+// Append flattens the same characters to spaces, so what fm writes always
+// reads back.
+func TestUnprintableFieldsAreBadLines(t *testing.T) {
+	dir, state := stateDir(t)
+	var q strings.Builder
+	for i, p := range []string{"ok", "a\x1b[2Jb", "over\rwritten", "a\u202eb", "a\xffb", "a\u2028b", "a\x7fb"} {
+		q.WriteString(strconv.Itoa(1700000000+i) + "\t" + strconv.Itoa(i+1) + "\tcheck\tk" + strconv.Itoa(i) + "\t" + p + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(q.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := List(dir, 0)
+	if err != nil || len(ws) != 1 || ws[0].Payload != "ok" {
+		t.Fatalf("List: %+v %v", ws, err)
+	}
+	if st, err := ReadStats(dir); err != nil || st.Bad != 6 {
+		t.Fatalf("ReadStats: %+v %v", st, err)
+	}
+	w, err := Append(context.Background(), state, "check", "key\x1b", "pay\u202eload\xff\r")
+	if err != nil || w.Key != "key " || w.Payload != "pay load\uFFFD " {
+		t.Fatalf("Append: %+v %v", w, err)
+	}
+	if ws, _ := List(dir, 0); len(ws) != 2 || ws[1] != w {
+		t.Fatalf("the appended wake does not read back: %+v", ws)
 	}
 }

@@ -89,11 +89,28 @@
 // SDK itself answers InvalidRequest and Incompatible for bad requests. Any
 // error that is not an *Error (directly or wrapped) is Internal and not
 // retryable; a context cancellation is Unavailable and retryable; a panic is
-// Internal. The message becomes the diagnostic: control characters removed,
+// Internal. Whatever a method returns or does, an invoke is answered with one
+// response document and exit 0: a nil *Error returned as a non-nil error (a
+// typed nil: return a plain nil for success), an error whose Error, Unwrap,
+// Is or As method panics, a zero result (refused by the result's rules), a
+// panic of any value (panic(nil) included, and a value whose String method
+// panics) and runtime.Goexit are all answered Internal. Only a panic in a
+// goroutine your method started itself ends the process, as in any Go
+// program. The message becomes the diagnostic: control characters removed,
 // tabs and line breaks turned into spaces, cut to at most 512 bytes at a rune
 // boundary. The host reports the failure as extension-<code> and never prints,
 // logs or stores the diagnostic: do not rely on it to reach an operator, and
 // never put a secret in it.
+//
+// # Concurrency
+//
+// A method may use the SDK from several goroutines: Call.Logf is safe for
+// concurrent use (whole lines, one at a time, never past LogBudget in
+// total); a *Call's fields are set before the method runs and never change;
+// Output, NoResult, Errorf, ErrorBodyOf and Diagnostic are pure functions;
+// a *Replay holds no mutable state, so its methods may run concurrently
+// (two Stores for one source race like two writers of one file: the last
+// one wins). The SDK's own tests run under the race detector.
 //
 // # Rules for the author
 //

@@ -21,12 +21,25 @@ func Errorf(code Code, retryable bool, format string, args ...any) error {
 // retryability, with err's message as the diagnostic; a context cancellation
 // or deadline is unavailable and retryable; anything else is internal and not
 // retryable. The diagnostic always satisfies the protocol (see Diagnostic).
-func ErrorBodyOf(err error) ErrorBody {
+//
+// It never panics, whatever err is: a nil *Error found as err or in its
+// chain (a typed nil: the common mistake of returning a nil *Error as an
+// error) is internal and says so; an error whose Error, Unwrap, Is or As
+// method panics is internal, named by its type only.
+func ErrorBodyOf(err error) (body ErrorBody) {
+	defer func() {
+		if p := recover(); p != nil {
+			body = ErrorBody{Code: Internal, Diagnostic: Diagnostic(fmt.Sprintf("the handler's error (%T) panicked when read: %s", err, panicText(p)), Internal)}
+		}
+	}()
 	if err == nil {
 		return ErrorBody{Code: Internal, Diagnostic: "nil error"}
 	}
 	var ae *Error
 	if errors.As(err, &ae) {
+		if ae == nil {
+			return ErrorBody{Code: Internal, Diagnostic: fmt.Sprintf("the handler returned a nil *adapter.Error inside a non-nil error (%T): return a nil error for success", err)}
+		}
 		code := ae.Code
 		if !code.Valid() {
 			code = Internal
@@ -41,6 +54,17 @@ func ErrorBodyOf(err error) ErrorBody {
 		return ErrorBody{Code: Unavailable, Retryable: true, Diagnostic: Diagnostic(err.Error(), Unavailable)}
 	}
 	return ErrorBody{Code: Internal, Diagnostic: Diagnostic(err.Error(), Internal)}
+}
+
+// panicText describes a recovered panic value p: its text, or only its type
+// when printing it panics too (fmt gives up on a nested panic by panicking).
+func panicText(p any) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = fmt.Sprintf("a %T whose text cannot be read", p)
+		}
+	}()
+	return fmt.Sprint(p)
 }
 
 // Diagnostic turns msg into a valid diagnostic: invalid UTF-8 is replaced by

@@ -2,11 +2,13 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"slices"
+	"sync"
 	"syscall"
 
 	"firstmate.dev/fm/pkg/adapter/wire"
@@ -106,7 +108,9 @@ type Call struct {
 
 // Logf writes one line to stderr. Lines go through a budget of LogBudget
 // bytes per process (the host refuses more than 8,192 bytes of stderr and
-// never shows it); past the budget, lines are dropped.
+// never shows it); past the budget, lines are dropped. It is safe for
+// concurrent use: lines from several goroutines are written whole, one at a
+// time, and together never past the budget.
 func (c *Call) Logf(format string, args ...any) {
 	if c == nil || c.log == nil {
 		return
@@ -119,7 +123,10 @@ func (c *Call) Logf(format string, args ...any) {
 // 8,192-byte stderr bound for anything else the process writes.
 const LogBudget = 4096
 
+// logWriter is the budgeted stderr of one run; mu serializes its writers
+// (a handler may log from several goroutines).
 type logWriter struct {
+	mu   sync.Mutex
 	w    io.Writer
 	left int
 	cut  bool
@@ -130,10 +137,12 @@ func newLogWriter(w io.Writer) *logWriter { return &logWriter{w: w, left: LogBud
 const logCutMarker = "[log truncated]\n"
 
 func (l *logWriter) printf(format string, args ...any) {
+	line := wire.Sanitize(fmt.Sprintf(format, args...)) + "\n"
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.w == nil || l.cut {
 		return
 	}
-	line := wire.Sanitize(fmt.Sprintf(format, args...)) + "\n"
 	room := l.left - len(logCutMarker)
 	if len(line) > room {
 		if room > 1 {
@@ -219,14 +228,12 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 	stdout, restore := guardStdout(stdout)
 	defer restore()
 	log := newLogWriter(stderr)
-	if h == nil {
-		log.printf("adapter: no handler")
-		return ExitFailure
-	}
-	id := h.Identity()
-	if err := id.Validate(); err != nil {
-		log.printf("adapter: handler %v", err)
-		return ExitFailure
+	id, idErr := identityOf(h)
+	if idErr != nil {
+		log.printf("adapter: %v", idErr)
+		if args[1] == "handshake" {
+			return ExitFailure
+		}
 	}
 	data, err := wire.Read(stdin, wire.MaxEnvelopeBytes, "stdin")
 	if err != nil {
@@ -255,7 +262,7 @@ func RunContext(ctx context.Context, env Env, args []string, stdin io.Reader, st
 			log.printf("adapter: invoke refused: request: no well-formed request_id")
 			return ExitFailure
 		}
-		out = respond(ctx, env, id, h, reqID, data, log)
+		out = respond(ctx, env, id, idErr, h, reqID, data, log)
 	}
 	if _, err := stdout.Write(out); err != nil {
 		log.printf("adapter: write response: %v", err)
@@ -309,15 +316,36 @@ func answerHandshake(id Identity, data []byte) (*wire.HandshakeResponse, error) 
 	return AnswerHandshake(id, req)
 }
 
+// identityOf returns h's identity, or why it has none: no handler, an
+// Identity method that panics (a nil pointer handler, say) or an invalid
+// identity.
+func identityOf(h Handler) (id Identity, err error) {
+	if h == nil {
+		return id, errors.New("no handler")
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler Identity panicked: %s", panicText(p))
+		}
+	}()
+	id = h.Identity()
+	if err := id.Validate(); err != nil {
+		return id, fmt.Errorf("handler %v", err)
+	}
+	return id, nil
+}
+
 // respond builds the canonical response document for an invoke whose request
 // id is known. It never returns a document larger than wire.MaxEnvelopeBytes.
-func respond(ctx context.Context, env Env, id Identity, h Handler, reqID string, data []byte, log *logWriter) []byte {
-	result, err := invoke(ctx, env, id, h, data, log)
+// idErr is why the handler has no identity: the invoke is answered internal.
+func respond(ctx context.Context, env Env, id Identity, idErr error, h Handler, reqID string, data []byte, log *logWriter) []byte {
 	var resp wire.Response
-	if err == nil {
+	if idErr != nil {
+		resp = failure(reqID, ErrorBody{Code: Internal, Diagnostic: Diagnostic(idErr.Error(), Internal)})
+	} else if result, body := guarded(log, func() ([]byte, error) { return invoke(ctx, env, id, h, data, log) }); body == nil {
 		resp = wire.Response{Schema: wire.ResponseSchema, RequestID: reqID, OK: true, Result: result}
 	} else {
-		resp = failure(reqID, ErrorBodyOf(err))
+		resp = failure(reqID, *body)
 	}
 	out, err := wire.Canonical(resp)
 	if err == nil && len(out) > wire.MaxEnvelopeBytes {
@@ -330,6 +358,45 @@ func respond(ctx context.Context, env Env, id Identity, h Handler, reqID string,
 		}
 	}
 	return out
+}
+
+// guarded runs f, the handler's part of one invoke, on a goroutine of its
+// own and returns its result, or the error body it ends with, however it
+// ends: an error (ErrorBodyOf, which never panics), a panic of any value
+// (panic(nil) included), or runtime.Goexit, which would otherwise end the
+// goroutine without an answer. A panic in a goroutine the handler started
+// itself ends the process, as in any Go program: recover there.
+func guarded(log *logWriter, f func() ([]byte, error)) ([]byte, *ErrorBody) {
+	type outcome struct {
+		result []byte
+		body   *ErrorBody
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		finished := false
+		defer func() {
+			if finished {
+				return
+			}
+			msg := "handler called runtime.Goexit"
+			if p := recover(); p != nil {
+				msg = "handler panicked: " + panicText(p)
+			}
+			log.printf("adapter: %s", msg)
+			done <- outcome{body: &ErrorBody{Code: Internal, Diagnostic: Diagnostic(msg, Internal)}}
+		}()
+		var o outcome
+		if r, err := f(); err != nil {
+			b := ErrorBodyOf(err)
+			o.body = &b
+		} else {
+			o.result = r
+		}
+		finished = true
+		done <- o
+	}()
+	o := <-done
+	return o.result, o.body
 }
 
 func failure(reqID string, body ErrorBody) wire.Response {
@@ -362,8 +429,9 @@ func invoke(ctx context.Context, env Env, id Identity, h Handler, data []byte, l
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			log.printf("adapter: %s panicked: %v", req.Operation, p)
-			result, err = nil, Errorf(Internal, false, "%s: handler panicked: %v", req.Operation, p)
+			msg := panicText(p)
+			log.printf("adapter: %s panicked: %s", req.Operation, msg)
+			result, err = nil, Errorf(Internal, false, "%s: handler panicked: %s", req.Operation, msg)
 		}
 	}()
 	var v interface{ validate() error }
