@@ -106,8 +106,21 @@ func printBound(e *Env, b *binding.Binding) {
 	fmt.Fprintf(e.Stdout, "verified: %s/%d (%s)\n", b.Capabilities[0].Name, b.Capabilities[0].Version, strings.Join(b.Adapters(), ","))
 }
 
-// extensionBind is `fm extension bind` ([BIND-1]).
-func extensionBind(e *Env, bf *bindFlags, args []string) error {
+// localBindFlags are the flags of bind and upgrade: the bind options and
+// --show-stderr, which prints the package's stderr of the handshake here
+// (an author's loop) and so is not forwarded to another home.
+type localBindFlags struct {
+	bindFlags
+	showStderr bool
+}
+
+func (f *localBindFlags) declare(fs *flag.FlagSet) {
+	f.bindFlags.declare(fs)
+	fs.BoolVar(&f.showStderr, "show-stderr", false, "print the package's stderr of the handshake (at most 8192 bytes, escaped) on stderr; it is never stored")
+}
+
+// extensionBind is `fm extension bind` ([BIND-1], [BIND-8]).
+func extensionBind(e *Env, bf *localBindFlags, args []string) error {
 	if err := need(args, 1, 1, "one package directory"); err != nil {
 		return err
 	}
@@ -115,9 +128,12 @@ func extensionBind(e *Env, bf *bindFlags, args []string) error {
 	if !filepath.IsAbs(dir) {
 		return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
 	}
-	h, opts, err := e.bindOptions(bf, dir)
+	h, opts, err := e.bindOptions(&bf.bindFlags, dir)
 	if err != nil {
 		return err
+	}
+	if bf.showStderr {
+		opts.Stderr = showStderr(e.Stderr)
 	}
 	defer e.withProgress(&opts.Progress)()
 	b, err := host.Bind(e.Ctx, h, opts)

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -64,12 +63,7 @@ func proceventRegisterExtension(e *Env, f *registerExtensionFlags, args []string
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
-	fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
-	// [REG-2]'s bin/fm-procevent.sh, spelled as the code root's
-	// wrapper by its absolute path, so the line works from any
-	// directory (docs/configuration.md §4).
-	fmt.Fprintf(e.Stdout, "retire: %s retire %s --if-owner %s\n", shellWord(filepath.Join(h.Root, "bin", "fm-procevent.sh")), r.SourceID, r.Token)
+	printRegistered(e, h, r)
 	return nil
 }
 
@@ -204,9 +198,30 @@ func proceventReconcile(e *Env, ro *reconcileFlags, args []string) error {
 	return nil
 }
 
-// proceventHandled is `fm procevent handled`.
-func proceventHandled(e *Env, args []string) error {
-	if err := need(args, 2, 2, "a source id and a sequence number"); err != nil {
+// handledFlags are the flags of handled.
+type handledFlags struct{ all bool }
+
+func (f *handledFlags) declare(fs *flag.FlagSet) {
+	fs.BoolVar(&f.all, "all", false, "mark every unhandled result of the source handled (instead of one <seq>)")
+}
+
+// proceventHandled is `fm procevent handled` ([CAP-3], [UPG-3]).
+func proceventHandled(e *Env, f *handledFlags, args []string) error {
+	if f.all {
+		h, err := e.homeFor(args, 1, 1, "a source id (with --all, no sequence number)")
+		if err != nil {
+			return err
+		}
+		seqs, err := procevent.HandleAll(h, args[0])
+		for _, seq := range seqs {
+			fmt.Fprintf(e.Stdout, "handled: %s %d\n", args[0], seq)
+		}
+		if err == nil {
+			fmt.Fprintf(e.Stdout, "handled-all: %s %d\n", args[0], len(seqs))
+		}
+		return err
+	}
+	if err := need(args, 2, 2, "a source id and a sequence number (or --all)"); err != nil {
 		return err
 	}
 	seq, err := strconv.ParseInt(args[1], 10, 64)

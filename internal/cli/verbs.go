@@ -64,9 +64,19 @@ func commands() []*group {
 func extensionVerbs() []*Verb {
 	return []*Verb{
 		{Name: "bind",
-			Args:    "<package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>]",
+			Args:    "<package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>] [--show-stderr]",
 			Summary: "validate a package directory, install it into this home's store, handshake, and enable the named adapters",
 			Setup:   flagged(extensionBind)},
+		{Name: "upgrade",
+			Args: "<extension-id> <package-dir> --trust-same-user-code [--adapter <name>...] [--consent <fact>...] [--timeout-ms <n>] [--show-stderr]",
+			Summary: "move an extension's sources to a new package version or new settings in one step, under the lifecycle lock: retire its sources and\n" +
+				"binding, bind the package, register each source again with its config_ref and print the new owner tokens. Adapters, consents and\n" +
+				"--timeout-ms not given are kept. Refuses, changing nothing, while results only the current binding may classify are unhandled\n" +
+				"(all listed). Interrupted: run the same command again to finish (fm doctor reports it)",
+			// Each step's lines are printed as it is done, so the new
+			// tokens of a move that fails later are still shown.
+			Stream: true,
+			Setup:  flagged(extensionUpgrade)},
 		{Name: "list",
 			Args:    "[--json]",
 			Summary: "list enabled bindings (runs no package code)",
@@ -83,6 +93,10 @@ func extensionVerbs() []*Verb {
 			Args:    "<extension-id> --if-binding-digest <sha256:hex>",
 			Summary: "disable exactly that binding, keeping it restorable in data/extensions/retired-bindings",
 			Setup:   flagged(extensionRetireBinding)},
+		{Name: "gc",
+			Args:    "[--dry-run] [--include-retired]",
+			Summary: "remove store copies (data/extensions/packages/<id>/<version>/<hex>) that no enabled binding, retired binding (unless --include-retired) or invocation references",
+			Setup:   flagged(extensionGC)},
 		{Name: "cleanup-invocations",
 			Args:    "[--binding-digest <sha256:hex>]",
 			Summary: "prove the process groups of invocations whose host died gone, and clear their records",
@@ -139,9 +153,9 @@ func proceventVerbs() []*Verb {
 			Summary: "run one supervision cycle: clean up after dead runners, re-announce unhandled results, poll every source once",
 			Setup:   flagged(proceventReconcile)},
 		{Name: "handled",
-			Args:    "<source-id> <seq>",
-			Summary: "mark a captured result handled",
-			Setup:   plain(proceventHandled)},
+			Args:    "<source-id> <seq> | <source-id> --all",
+			Summary: "mark a captured result handled, or with --all every unhandled result of the source",
+			Setup:   flagged(proceventHandled)},
 		{Name: "classify",
 			Args:    "<result-file>",
 			Summary: "print the classification of a captured result by its captured owner (changes no state)",
@@ -150,6 +164,10 @@ func proceventVerbs() []*Verb {
 			Args:    "[--json]",
 			Summary: "list registered sources with adapter, owner and pending (unhandled) count",
 			Setup:   flagged(proceventList)},
+		{Name: "token",
+			Args:    "<source-id>",
+			Summary: "print an extension source's owner token (from its registration) and the exact command that retires it",
+			Setup:   plain(proceventToken)},
 		{Name: "inbox",
 			Args:    "[--json]",
 			Summary: "list captured results with their owner and handled state",

@@ -100,6 +100,7 @@ func Check(h *home.Home) []Finding {
 	}
 	d.checkInvocations()
 	d.checkTemps()
+	d.checkUpgrades()
 	d.checkSources(bs, err == nil)
 	d.checkWakes()
 	d.checkRoutes()

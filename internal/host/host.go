@@ -57,6 +57,9 @@ type BindOptions struct {
 	// Progress, when set, receives the advance of the package's scan,
 	// store copy and rescans (pkgtree.Progress), for a progress display.
 	Progress pkgtree.Progress
+	// Stderr, when set, receives the package's stderr of the bind's
+	// handshake (bind --show-stderr); it is never stored [INV-4].
+	Stderr StderrFunc
 	// Staged marks Dir as a transfer received into this home ([XFER-3]).
 	// Such a package lies inside the home by design, so instead of
 	// [PKG-2] Dir must be a canonical directory inside exactly this
@@ -71,13 +74,69 @@ type BindOptions struct {
 // handshake builds on the install's own verification of the copy
 // (pkgtree.Reverify): the copy is hashed again only if it changed since.
 func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding, error) {
-	if err := checkTrust(opts); err != nil {
+	p, err := readPackage(h, &opts, "")
+	if err != nil {
+		return nil, err
+	}
+	if opts.Lock == nil {
+		lock, err := lifecycle.Acquire(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		defer lock.Release()
+	}
+	rec, err := p.prepare(ctx, h, opts, "")
+	if err != nil {
+		return nil, err
+	}
+	return binding.Publish(h, rec)
+}
+
+// Prepare is Bind up to its publication, for fm extension upgrade ([UPG-1]),
+// which holds the lifecycle lock (opts.Lock) and replaces the enabled
+// binding of extension id, if any: the package must be of that extension,
+// the registry checks ([BIND-4]) leave its binding out, and the new record
+// is returned installed and handshaken but unpublished, with its digest.
+// Nothing of the registry changes.
+func Prepare(ctx context.Context, h *home.Home, opts BindOptions, id string) (*binding.Record, string, error) {
+	if opts.Lock == nil {
+		return nil, "", errcode.New(errcode.Internal, "Prepare needs the lifecycle lock")
+	}
+	p, err := readPackage(h, &opts, id)
+	if err != nil {
+		return nil, "", err
+	}
+	rec, err := p.prepare(ctx, h, opts, id)
+	if err != nil {
+		return nil, "", err
+	}
+	data, err := rec.Encode()
+	if err != nil {
+		return nil, "", err
+	}
+	return rec, binding.Digest(data), nil
+}
+
+// source is an operator's package directory as bind read it, before the
+// lifecycle lock: its scanned tree, manifest and digests.
+type source struct {
+	tree                            *pkgtree.Tree
+	m                               *wire.Manifest
+	manifestDigest, entryDigest     string
+	hostProtocol, capabilityVersion int64
+}
+
+// readPackage applies the bind rules that need no lock to opts.Dir
+// (cleaning its spelling in opts) and reads the package, which must be of
+// extension id unless id is "".
+func readPackage(h *home.Home, opts *BindOptions, id string) (*source, error) {
+	if err := checkTrust(*opts); err != nil {
 		return nil, err
 	}
 	if opts.TimeoutMS == 0 {
 		opts.TimeoutMS = binding.DefaultTimeoutMS
 	}
-	if err := checkLocation(h, opts); err != nil {
+	if err := checkLocation(h, *opts); err != nil {
 		return nil, err
 	}
 	// The location check resolves the path as the kernel would, so a
@@ -92,34 +151,38 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
+	if id != "" && m.ID != id {
+		return nil, errcode.New(errcode.Usage, "package %s is extension %s, not %s", opts.Dir, m.ID, id)
+	}
 	entryDigest, err := checkEntrypoint(tree, m.Entrypoint, opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	hp, cv, err := CheckOptions(h, m, opts)
+	hp, cv, err := CheckOptions(h, m, *opts)
 	if err != nil {
 		return nil, err
 	}
+	return &source{tree: tree, m: m, manifestDigest: manifestDigest, entryDigest: entryDigest, hostProtocol: hp, capabilityVersion: cv}, nil
+}
 
-	lock := opts.Lock
-	if lock == nil {
-		if lock, err = lifecycle.Acquire(ctx, h); err != nil {
-			return nil, err
-		}
-		defer lock.Release()
-	}
+// prepare is the part of a bind under the lifecycle lock up to the
+// publication: the registry check (leaving out the binding of replacing, an
+// extension id, when not ""), the store copy, the record and the handshake
+// against the copy.
+func (p *source) prepare(ctx context.Context, h *home.Home, opts BindOptions, replacing string) (*binding.Record, error) {
 	SweepTemps(h)
 	existing, err := binding.Load(h)
 	if err != nil {
 		return nil, err
 	}
+	existing = slices.DeleteFunc(existing, func(b *binding.Binding) bool { return b.ExtensionID == replacing })
+	m := p.m
 	if err := CheckRegistry(existing, m.ID, opts.Adapters); err != nil {
 		return nil, err
 	}
-
-	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
+	root := h.PackageRoot(m.ID, m.Version, binding.Hex(p.tree.Digest))
 	_, statErr := os.Lstat(root)
-	installed, err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress})
+	installed, err := pkgtree.InstallWith(opts.Dir, p.tree, root, pkgtree.Options{Progress: opts.Progress})
 	if err != nil {
 		return nil, err
 	}
@@ -140,12 +203,12 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		ExtensionVersion: m.Version,
 		Source:           binding.Source{Kind: binding.SourceKind, Path: opts.Dir},
 		PackageRoot:      root,
-		ManifestSHA256:   manifestDigest,
-		PackageDigest:    tree.Digest,
+		ManifestSHA256:   p.manifestDigest,
+		PackageDigest:    p.tree.Digest,
 		Entrypoint:       m.Entrypoint,
-		EntrypointSHA256: entryDigest,
-		HostProtocol:     hp,
-		Capabilities:     []binding.Capability{{Name: wire.CapabilityName, Version: cv, AdapterNames: adapters}},
+		EntrypointSHA256: p.entryDigest,
+		HostProtocol:     p.hostProtocol,
+		Capabilities:     []binding.Capability{{Name: wire.CapabilityName, Version: p.capabilityVersion, AdapterNames: adapters}},
 		Consents:         consents,
 		TimeoutMS:        opts.TimeoutMS,
 	}
@@ -159,10 +222,10 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		return nil, err
 	}
 	damaged := func(err error) error { return damagedAtBind(rec, created, err) }
-	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged); err != nil {
+	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged, opts.Stderr); err != nil {
 		return nil, err
 	}
-	return binding.Publish(h, rec)
+	return rec, nil
 }
 
 // afterInstall, when set (by tests only), runs between a bind's install of
@@ -552,13 +615,14 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 // a copy that the next run will refuse (damagedByHandshake). bindingDigest
 // is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
-	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) })
+	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) }, nil)
 }
 
 // handshake revalidates rec (building on since, when not nil: see verify),
 // runs its handshake and revalidates it again; damaged turns a failure of
-// the second revalidation into the caller's refusal.
-func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error) error {
+// the second revalidation into the caller's refusal; show, when set,
+// receives the package's stderr.
+func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error, show StderrFunc) error {
 	v, err := verify(rec, since)
 	if err != nil {
 		return err
@@ -568,6 +632,7 @@ func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	if err != nil {
 		return err
 	}
+	show.show(&s)
 	out, err := launchRun(ctx, s)
 	if rerr := v.recheck(rec, "handshake"); rerr != nil {
 		return damaged(rerr)
