@@ -198,7 +198,7 @@ func extensionInspect(e *Env, _ *inspectFlags, args []string) error {
 	return err
 }
 
-// extensionVerify is `fm extension verify`.
+// extensionVerify is `fm extension verify` ([LST-3]; its notes: [LST-5]).
 func extensionVerify(e *Env, args []string) error {
 	h, err := e.homeFor(args, 0, 1, "at most one extension id")
 	if err != nil {
@@ -217,6 +217,11 @@ func extensionVerify(e *Env, args []string) error {
 	}
 	for _, b := range bs {
 		fmt.Fprintf(e.Stdout, "verified: %s@%s %s\n", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
+	}
+	for _, b := range bs {
+		if note := host.SourceDrift(h, b); note != "" {
+			fmt.Fprintf(e.Stdout, "note: %s: %s\n", b.ExtensionID, note)
+		}
 	}
 	return nil
 }

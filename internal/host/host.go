@@ -296,7 +296,7 @@ func CheckOptions(h *home.Home, m *wire.Manifest, opts BindOptions) (hostProtoco
 // lock, so the answer stays true until they publish.
 func CheckRegistry(existing []*binding.Binding, id string, adapters []string) error {
 	if b, _ := binding.Find(existing, id); b != nil {
-		return errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; retire it first", id, b.Path)
+		return errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; to bind another version or other settings run fm extension upgrade %s <package-dir> --trust-same-user-code, which moves its sources too (or retire it first: fm extension retire-binding)", id, b.Path, id)
 	}
 	for _, a := range adapters {
 		if b, _ := binding.ForAdapter(existing, a); b != nil {
@@ -835,4 +835,28 @@ func ReleaseInvocations(h *home.Home, bindingDigest string) error {
 		return nil // every record Cleanup kept has ended since: nothing pins the binding
 	}
 	return cerr
+}
+
+// SourceDrift compares the source directory a binding was bound from
+// (source.path) with its bound copy ([LST-5]) and returns what an operator
+// should know, or "" when they match: the directory is missing or cannot be
+// scanned, or its tree digest differs (it was edited since the bind, which
+// changes nothing that runs: the bound copy does). A transfer's source is
+// its staged unit, which only fm writes: it is not compared. It runs no
+// package code.
+func SourceDrift(h *home.Home, b *binding.Binding) string {
+	src := b.Source.Path
+	if strings.HasPrefix(src, h.Staging()+string(filepath.Separator)) {
+		return ""
+	}
+	tree, err := pkgtree.Scan(src, pkgtree.Source)
+	switch {
+	case err != nil && errcode.Is(err, errcode.PackageMissing):
+		return "source directory " + src + " is missing; the bound copy is unaffected"
+	case err != nil:
+		return "source directory " + src + " cannot be scanned (" + string(errcode.Of(err)) + "), so it cannot be compared with the bound copy"
+	case tree.Digest != b.PackageDigest:
+		return "source directory " + src + " differs from the bound copy (its tree is " + tree.Digest + "); what runs is the bound copy: to bind the directory, run fm extension upgrade " + b.ExtensionID + " " + src + " --trust-same-user-code"
+	}
+	return ""
 }
