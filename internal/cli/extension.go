@@ -96,8 +96,10 @@ func (f *bindFlags) args() []string {
 	return out
 }
 
-// printBound prints the six bind lines ([BIND-7]).
+// printBound prints the six bind lines ([BIND-7]), and on stderr the
+// warning of an entrypoint that finds its files through $0.
 func printBound(e *Env, b *binding.Binding) {
+	warnDollarZero(e, b)
 	fmt.Fprintf(e.Stdout, "bound: %s@%s\n", b.ExtensionID, b.ExtensionVersion)
 	fmt.Fprintf(e.Stdout, "binding: %s\n", b.Path)
 	fmt.Fprintf(e.Stdout, "binding-digest: %s\n", b.Digest)
@@ -142,6 +144,14 @@ func extensionBind(e *Env, bf *localBindFlags, args []string) error {
 	}
 	printBound(e, b)
 	return nil
+}
+
+// warnDollarZero prints, on stderr, the warning for an entrypoint script
+// that finds its files through $0 ([HINT-4]), when b's is one.
+func warnDollarZero(e *Env, b *binding.Binding) {
+	if w := host.DollarZeroWarning(&b.Record); w != "" {
+		fmt.Fprintf(e.Stderr, "warning: %s\n", w)
+	}
 }
 
 // extensionList is `fm extension list`.
