@@ -22,15 +22,12 @@ func extensionUpgrade(e *Env, bf *localBindFlags, args []string) error {
 	if !filepath.IsAbs(dir) {
 		return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
 	}
-	h, opts, err := e.bindOptions(&bf.bindFlags, dir)
+	h, opts, err := bf.local(e, dir)
 	if err != nil {
 		return err
 	}
 	if bf.timeout == nil {
 		opts.TimeoutMS = 0 // keep the current binding's
-	}
-	if bf.showStderr {
-		opts.Stderr = showStderr(e.Stderr)
 	}
 	defer e.withProgress(&opts.Progress)()
 	b, unchanged, err := upgrade.Run(e.Ctx, h, upgrade.Options{ID: id, Bind: opts, Report: upgradeReport{e, h}})

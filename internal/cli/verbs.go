@@ -64,14 +64,14 @@ func commands() []*group {
 func extensionVerbs() []*Verb {
 	return []*Verb{
 		{Name: "bind",
-			Args:    "<package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>] [--show-stderr]",
+			Args:    "<package-dir> --adapter <name> [--adapter <name>...] --trust-same-user-code [--consent <fact>...] [--timeout-ms <n>] [--handshake-timeout-ms <n>] [--show-stderr]",
 			Summary: "validate a package directory, install it into this home's store, handshake, and enable the named adapters",
 			Setup:   flagged(extensionBind)},
 		{Name: "upgrade",
-			Args: "<extension-id> <package-dir> --trust-same-user-code [--adapter <name>...] [--consent <fact>...] [--timeout-ms <n>] [--show-stderr]",
+			Args: "<extension-id> <package-dir> --trust-same-user-code [--adapter <name>...] [--consent <fact>...] [--timeout-ms <n>] [--handshake-timeout-ms <n>] [--show-stderr]",
 			Summary: "move an extension's sources to a new package version or new settings in one step, under the lifecycle lock: retire its sources and\n" +
 				"binding, bind the package, register each source again with its config_ref and print the new owner tokens. Adapters, consents and\n" +
-				"--timeout-ms not given are kept. Refuses, changing nothing, while results only the current binding may classify are unhandled\n" +
+				"--timeout-ms and --handshake-timeout-ms not given are kept. Refuses, changing nothing, while results only the current binding may classify are unhandled\n" +
 				"(all listed). Interrupted: run the same command again to finish (fm doctor reports it)",
 			// Each step's lines are printed as it is done, so the new
 			// tokens of a move that fails later are still shown.

@@ -51,6 +51,10 @@ type BindOptions struct {
 	Trust     bool     // --trust-same-user-code
 	Consents  []string // --consent facts given
 	TimeoutMS int64    // invoke timeout
+	// HandshakeTimeoutMS bounds the binding's handshakes; 0 is the
+	// default, binding.DefaultHandshakeTimeoutMS. It is fm's own setting,
+	// stored beside the record (binding.Settings).
+	HandshakeTimeoutMS int64
 	// Lock, when set, is an already held lifecycle lock (a caller that
 	// must publish more under the same lock); Bind then does not take one.
 	Lock *lifecycle.Lock
@@ -89,7 +93,28 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
+	return Publish(h, rec, opts)
+}
+
+// Publish stores the fm-owned settings of rec's binding from opts, then
+// publishes rec ([BIND-4]); the caller holds the lifecycle lock.
+func Publish(h *home.Home, rec *binding.Record, opts BindOptions) (*binding.Binding, error) {
+	data, err := rec.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := binding.WriteSettings(h, rec.ExtensionID, binding.Digest(data), binding.Settings{HandshakeTimeoutMS: handshakeBound(opts)}); err != nil {
+		return nil, err
+	}
 	return binding.Publish(h, rec)
+}
+
+// handshakeBound is the handshake bound opts set, in milliseconds.
+func handshakeBound(opts BindOptions) int64 {
+	if opts.HandshakeTimeoutMS == 0 {
+		return binding.DefaultHandshakeTimeoutMS
+	}
+	return opts.HandshakeTimeoutMS
 }
 
 // Prepare is Bind up to its publication, for fm extension upgrade ([UPG-1]),
@@ -222,7 +247,7 @@ func (p *source) prepare(ctx context.Context, h *home.Home, opts BindOptions, re
 		return nil, err
 	}
 	damaged := func(err error) error { return damagedAtBind(rec, created, err) }
-	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged, opts.Stderr); err != nil {
+	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged, opts.Stderr, handshakeBound(opts)); err != nil {
 		return nil, err
 	}
 	return rec, nil
@@ -541,7 +566,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 		return nil, err
 	}
 	defer v.close()
-	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v)
+	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -615,20 +640,21 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 // a copy that the next run will refuse (damagedByHandshake). bindingDigest
 // is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
-	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) }, nil)
+	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) }, nil, 0)
 }
 
 // handshake revalidates rec (building on since, when not nil: see verify),
 // runs its handshake and revalidates it again; damaged turns a failure of
 // the second revalidation into the caller's refusal; show, when set,
-// receives the package's stderr.
-func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error, show StderrFunc) error {
+// receives the package's stderr; bound is the handshake bound in
+// milliseconds (0: the binding's setting).
+func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error, show StderrFunc, bound int64) error {
 	v, err := verify(rec, since)
 	if err != nil {
 		return err
 	}
 	defer v.close()
-	s, req, err := handshakeSpec(h, rec, bindingDigest, v)
+	s, req, err := handshakeSpec(h, rec, bindingDigest, v, bound)
 	if err != nil {
 		return err
 	}
@@ -643,8 +669,17 @@ func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	return protocol.CheckHandshake(out, req)
 }
 
-// handshakeSpec builds a fresh handshake request for rec and its launch.
-func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified) (launch.Spec, *wire.HandshakeRequest, error) {
+// handshakeSpec builds a fresh handshake request for rec and its launch,
+// bounded by bound milliseconds, or with bound 0 by the binding's handshake
+// setting ([HINT-3]).
+func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified, bound int64) (launch.Spec, *wire.HandshakeRequest, error) {
+	if bound == 0 {
+		st, err := binding.ReadSettings(h, rec.ExtensionID, bindingDigest)
+		if err != nil {
+			return launch.Spec{}, nil, err
+		}
+		bound = st.HandshakeTimeoutMS
+	}
 	c := rec.Capabilities[0]
 	req := &wire.HandshakeRequest{
 		Schema:           wire.HandshakeRequestSchema,
@@ -655,7 +690,7 @@ func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *v
 		PackageDigest:    rec.PackageDigest,
 		Capability:       wire.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
-	s, err := launchSpec(h, rec, bindingDigest, v, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
+	s, err := launchSpec(h, rec, bindingDigest, v, "handshake", req, req.RequestID, "", "handshake", time.Duration(bound)*time.Millisecond)
 	return s, req, err
 }
 

@@ -57,7 +57,9 @@ type Plan struct {
 	Adapters   []string `json:"adapters"`
 	Consents   []string `json:"consents"`
 	TimeoutMS  int64    `json:"timeout_ms"`
-	Sources    []Source `json:"sources"`
+	// HandshakeTimeoutMS is fm's own setting (binding.Settings).
+	HandshakeTimeoutMS int64    `json:"handshake_timeout_ms"`
+	Sources            []Source `json:"sources"`
 }
 
 // Source is one source the upgrade moves.
@@ -157,10 +159,10 @@ func begin(h *home.Home, opts Options) (*upgrade, error) {
 
 // settings completes the operator's bind options from the current binding,
 // else from the plan.
-func (u *upgrade) settings() host.BindOptions {
+func (u *upgrade) settings() (host.BindOptions, error) {
 	o := u.opts.Bind
 	var adapters, consents []string
-	var timeout int64
+	var timeout, handshake int64
 	switch {
 	case u.old != nil:
 		adapters, timeout = u.old.Adapters(), u.old.TimeoutMS
@@ -169,8 +171,13 @@ func (u *upgrade) settings() host.BindOptions {
 				consents = append(consents, c)
 			}
 		}
+		st, err := binding.ReadSettings(u.h, u.old.ExtensionID, u.old.Digest)
+		if err != nil {
+			return o, err
+		}
+		handshake = st.HandshakeTimeoutMS
 	case u.plan != nil:
-		adapters, consents, timeout = u.plan.Adapters, u.plan.Consents, u.plan.TimeoutMS
+		adapters, consents, timeout, handshake = u.plan.Adapters, u.plan.Consents, u.plan.TimeoutMS, u.plan.HandshakeTimeoutMS
 	}
 	if len(o.Adapters) == 0 {
 		o.Adapters = slices.Clone(adapters)
@@ -183,7 +190,10 @@ func (u *upgrade) settings() host.BindOptions {
 	if o.TimeoutMS == 0 {
 		o.TimeoutMS = timeout
 	}
-	return o
+	if o.HandshakeTimeoutMS == 0 {
+		o.HandshakeTimeoutMS = handshake
+	}
+	return o, nil
 }
 
 // sources is every source the upgrade moves: the plan's, and those
@@ -208,7 +218,10 @@ func (u *upgrade) sources() []Source {
 // run checks the new settings against the sources, binds the new package
 // without publishing it, and then makes the changes in order.
 func (u *upgrade) run(ctx context.Context) (*binding.Binding, bool, error) {
-	o := u.settings()
+	o, err := u.settings()
+	if err != nil {
+		return nil, false, err
+	}
 	sources := u.sources()
 	for _, s := range sources {
 		if !slices.Contains(o.Adapters, s.Adapter) {
@@ -221,9 +234,14 @@ func (u *upgrade) run(ctx context.Context) (*binding.Binding, bool, error) {
 	}
 	current := u.old != nil && u.old.Digest == digest
 	if current && u.plan == nil {
-		return u.old, true, nil
+		st, err := binding.ReadSettings(u.h, u.old.ExtensionID, u.old.Digest)
+		if err != nil || st.HandshakeTimeoutMS == o.HandshakeTimeoutMS {
+			return u.old, err == nil, err
+		}
+		// Only fm's own setting changes: the binding and the sources stay.
+		return u.old, false, binding.WriteSettings(u.h, u.old.ExtensionID, u.old.Digest, binding.Settings{HandshakeTimeoutMS: o.HandshakeTimeoutMS})
 	}
-	plan := &Plan{Schema: PlanSchema, ExtensionID: u.opts.ID, PackageDir: o.Dir, Adapters: o.Adapters, Consents: o.Consents, TimeoutMS: o.TimeoutMS, Sources: sources}
+	plan := &Plan{Schema: PlanSchema, ExtensionID: u.opts.ID, PackageDir: o.Dir, Adapters: o.Adapters, Consents: o.Consents, TimeoutMS: o.TimeoutMS, HandshakeTimeoutMS: o.HandshakeTimeoutMS, Sources: sources}
 	if u.old != nil {
 		plan.From = u.old.Digest
 	} else {
@@ -234,7 +252,7 @@ func (u *upgrade) run(ctx context.Context) (*binding.Binding, bool, error) {
 	}
 	b := u.old
 	if !current {
-		if b, err = u.replace(ctx, rec); err != nil {
+		if b, err = u.replace(ctx, rec, o); err != nil {
 			return nil, false, err
 		}
 	}
@@ -245,8 +263,8 @@ func (u *upgrade) run(ctx context.Context) (*binding.Binding, bool, error) {
 }
 
 // replace retires the sources registered with the current binding and the
-// binding itself, then publishes rec.
-func (u *upgrade) replace(ctx context.Context, rec *binding.Record) (*binding.Binding, error) {
+// binding itself, then publishes rec with the settings of o.
+func (u *upgrade) replace(ctx context.Context, rec *binding.Record, o host.BindOptions) (*binding.Binding, error) {
 	for _, r := range u.regs {
 		if err := procevent.Retire(ctx, u.h, r.SourceID, procevent.Condition{IfOwner: r.Token}); err != nil {
 			return nil, err
@@ -260,7 +278,7 @@ func (u *upgrade) replace(ctx context.Context, rec *binding.Record) (*binding.Bi
 		}
 		u.opts.Report.RetiredBinding(u.old.ExtensionID, u.old.Digest, kept)
 	}
-	b, err := binding.Publish(u.h, rec)
+	b, err := host.Publish(u.h, rec, o)
 	if err != nil {
 		return nil, err
 	}
