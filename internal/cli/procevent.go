@@ -315,16 +315,18 @@ func proceventInbox(e *Env, f *jsonFlag, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tKIND\tSTATE\tRESULT")
+	// CONTENT is --json's evidence (false: result, true: evidence); --json's
+	// kind is the owner's kind, which OWNER shows.
+	fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tCONTENT\tSTATE\tRESULT")
 	for _, r := range results {
-		kind, state := "result", "unhandled"
+		content, state := "result", "unhandled"
 		if r.Evidence {
-			kind = "evidence"
+			content = "evidence"
 		}
 		if r.Handled {
 			state = "handled"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), kind, state, r.Path)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), content, state, r.Path)
 	}
 	return tw.Flush()
 }

@@ -66,7 +66,7 @@ func explain(rec *binding.Record, verb string, err error) error {
 const stderrHint = "its stderr is never stored: --show-stderr of fm extension bind, upgrade or process-event shows it"
 
 // dollarZeroHint is what a script that finds its files through $0 is told.
-const dollarZeroHint = "the entrypoint script finds files through $0 (dirname \"$0\" or alike), but under fm $0 is /dev/fd/<n>: find the package's files from the working directory, the package root (docs/protocol.md, \"What an entrypoint sees\")"
+const dollarZeroHint = "the entrypoint script finds files through $0 (dirname \"$0\" or alike), but under fm $0 is /dev/fd/<n>: find the package's files from the working directory, the package root (docs/protocol.md §2, \"How your entrypoint is run\")"
 
 // timedOut words a timeout at t's bound for verb.
 func timedOut(rec *binding.Record, verb string, t launch.TimedOut) string {
