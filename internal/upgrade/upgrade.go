@@ -33,6 +33,7 @@ import (
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/lifecycle"
 	"firstmate.dev/fm/internal/procevent"
 	"firstmate.dev/fm/internal/retire"
@@ -154,7 +155,35 @@ func begin(h *home.Home, opts Options) (*upgrade, error) {
 		return nil, procevent.UnhandledError(u.old, unhandled)
 	}
 	u.regs = regs
+	if err := pinnedElsewhere(h, u.old, regs); err != nil {
+		return nil, err
+	}
 	return u, nil
+}
+
+// pinnedElsewhere refuses (binding-in-use) while an invocation that is not a
+// poll of a source the upgrade moves pins b (a direct call, say): the
+// retirement of b would refuse for it after the sources were retired. The
+// records of dead hosts are resolved first, as retirement resolves them
+// (host.ReleaseInvocations); a poll of a moved source is stopped by the
+// source's retirement.
+func pinnedElsewhere(h *home.Home, b *binding.Binding, regs []*procevent.Registration) error {
+	dir := h.Invocations()
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	_, _ = launch.Cleanup(dir, func(r launch.Record) bool { return r.BindingDigest == b.Digest })
+	pins, err := launch.Pins(dir, b.Digest)
+	if err != nil {
+		return err
+	}
+	pins = slices.DeleteFunc(pins, func(r launch.Record) bool {
+		return slices.ContainsFunc(regs, func(reg *procevent.Registration) bool { return reg.SourceID == r.SourceID })
+	})
+	if len(pins) > 0 {
+		return errcode.New(errcode.BindingInUse, "%d invocation(s) not of a source it moves pin binding %s (%s, host pid %d, operation %s); nothing was changed: let the call end and retry, or run fm extension cleanup-invocations once its host has exited", len(pins), b.Digest, pins[0].Path, pins[0].Host.PID, pins[0].Operation)
+	}
+	return nil
 }
 
 // settings completes the operator's bind options from the current binding,
