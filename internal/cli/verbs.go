@@ -87,7 +87,7 @@ func extensionVerbs() []*Verb {
 			Setup:   flagged(extensionInspect)},
 		{Name: "verify",
 			Args:    "[<extension-id>]",
-			Summary: "revalidate every (or one) binding and its installed package, and run a live handshake",
+			Summary: "revalidate every (or one) binding and its installed package, and run a live handshake; note a source directory that differs from its bound copy",
 			Setup:   plain(extensionVerify)},
 		{Name: "retire-binding",
 			Args:    "<extension-id> --if-binding-digest <sha256:hex>",
