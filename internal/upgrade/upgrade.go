@@ -391,8 +391,17 @@ func Plans(h *home.Home) ([]*Plan, error) {
 	return out, nil
 }
 
-// writePlan writes plan durably (0600 in a 0700 directory).
+// writePlan writes plan durably (0600 in a 0700 directory); its lists are
+// written as arrays, never null.
 func writePlan(h *home.Home, plan *Plan) error {
+	for _, l := range []*[]string{&plan.Adapters, &plan.Consents} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if plan.Sources == nil {
+		plan.Sources = []Source{}
+	}
 	data, err := strictjson.Canonical(plan)
 	if err != nil {
 		return err
