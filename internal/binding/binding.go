@@ -382,7 +382,7 @@ func Publish(h *home.Home, r *Record) (*Binding, error) {
 	defer reg.Close()
 	err = fsutil.CreateAt(reg, r.ExtensionID+".json", data)
 	if errors.Is(err, fsutil.ErrExists) {
-		return nil, errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; retire it first", r.ExtensionID, final)
+		return nil, errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; to bind another version or other settings run fm extension upgrade %s <package-dir> --trust-same-user-code (or retire it first: fm extension retire-binding)", r.ExtensionID, final, r.ExtensionID)
 	}
 	if err != nil {
 		return nil, err

@@ -96,8 +96,10 @@ func (f *bindFlags) args() []string {
 	return out
 }
 
-// printBound prints the six bind lines ([BIND-7]).
+// printBound prints the six bind lines ([BIND-7]), and on stderr the
+// warning of an entrypoint that finds its files through $0.
 func printBound(e *Env, b *binding.Binding) {
+	warnDollarZero(e, b)
 	fmt.Fprintf(e.Stdout, "bound: %s@%s\n", b.ExtensionID, b.ExtensionVersion)
 	fmt.Fprintf(e.Stdout, "binding: %s\n", b.Path)
 	fmt.Fprintf(e.Stdout, "binding-digest: %s\n", b.Digest)
@@ -106,8 +108,45 @@ func printBound(e *Env, b *binding.Binding) {
 	fmt.Fprintf(e.Stdout, "verified: %s/%d (%s)\n", b.Capabilities[0].Name, b.Capabilities[0].Version, strings.Join(b.Adapters(), ","))
 }
 
-// extensionBind is `fm extension bind` ([BIND-1]).
-func extensionBind(e *Env, bf *bindFlags, args []string) error {
+// localBindFlags are the flags of bind and upgrade: the bind options and
+// --show-stderr, which prints the package's stderr of the handshake here
+// (an author's loop) and so is not forwarded to another home.
+type localBindFlags struct {
+	bindFlags
+	showStderr bool
+	handshake  *string // nil when --handshake-timeout-ms was not given
+}
+
+// local returns the bind options of dir with the local flags applied.
+func (f *localBindFlags) local(e *Env, dir string) (*home.Home, host.BindOptions, error) {
+	var handshake int64 // 0: not given
+	if f.handshake != nil {
+		v := *f.handshake
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || strings.TrimLeft(v, "0123456789") != "" || n < binding.MinHandshakeTimeoutMS || n > binding.MaxHandshakeTimeoutMS {
+			return nil, host.BindOptions{}, errcode.New(errcode.Usage, "--handshake-timeout-ms %q must be a decimal integer 100..600000", v)
+		}
+		handshake = n
+	}
+	h, opts, err := e.bindOptions(&f.bindFlags, dir)
+	opts.HandshakeTimeoutMS = handshake
+	if f.showStderr {
+		opts.Stderr = showStderr(e.Stderr)
+	}
+	return h, opts, err
+}
+
+func (f *localBindFlags) declare(fs *flag.FlagSet) {
+	f.bindFlags.declare(fs)
+	fs.Func("handshake-timeout-ms", "handshake bound in milliseconds, 100..600000 (default 5000; upgrade: the current binding's)", func(v string) error {
+		f.handshake = &v
+		return nil
+	})
+	fs.BoolVar(&f.showStderr, "show-stderr", false, "print the package's stderr of the handshake (at most 8192 bytes, escaped) on stderr; it is never stored")
+}
+
+// extensionBind is `fm extension bind` ([BIND-1], [BIND-8]).
+func extensionBind(e *Env, bf *localBindFlags, args []string) error {
 	if err := need(args, 1, 1, "one package directory"); err != nil {
 		return err
 	}
@@ -115,7 +154,7 @@ func extensionBind(e *Env, bf *bindFlags, args []string) error {
 	if !filepath.IsAbs(dir) {
 		return errcode.New(errcode.PathUnsafe, "package directory %q must be an absolute path: give its canonical spelling, such as the output of (cd %q && pwd -P)", dir, dir)
 	}
-	h, opts, err := e.bindOptions(bf, dir)
+	h, opts, err := bf.local(e, dir)
 	if err != nil {
 		return err
 	}
@@ -128,17 +167,33 @@ func extensionBind(e *Env, bf *bindFlags, args []string) error {
 	return nil
 }
 
+// warnDollarZero prints, on stderr, the warning for an entrypoint script
+// that finds its files through $0 ([HINT-4]), when b's is one.
+func warnDollarZero(e *Env, b *binding.Binding) {
+	if w := host.DollarZeroWarning(&b.Record); w != "" {
+		fmt.Fprintf(e.Stderr, "warning: %s\n", w)
+	}
+}
+
 // extensionList is `fm extension list`.
 func extensionList(e *Env, f *jsonFlag, args []string) error {
 	if err := need(args, 0, 0, "no arguments"); err != nil {
 		return err
 	}
-	bs, err := loadRegistry(e)
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	bs, err := binding.Load(h)
 	if err != nil {
 		return err
 	}
 	if f.json {
-		return writeJSON(e, listDocument(bs))
+		doc, err := listDocument(h, bs)
+		if err != nil {
+			return err
+		}
+		return writeJSON(e, doc)
 	}
 	if len(bs) == 0 {
 		fmt.Fprintln(e.Stdout, "no extension bindings")
@@ -182,7 +237,7 @@ func extensionInspect(e *Env, _ *inspectFlags, args []string) error {
 	return err
 }
 
-// extensionVerify is `fm extension verify`.
+// extensionVerify is `fm extension verify` ([LST-3]; its notes: [LST-5]).
 func extensionVerify(e *Env, args []string) error {
 	h, err := e.homeFor(args, 0, 1, "at most one extension id")
 	if err != nil {
@@ -201,6 +256,11 @@ func extensionVerify(e *Env, args []string) error {
 	}
 	for _, b := range bs {
 		fmt.Fprintf(e.Stdout, "verified: %s@%s %s\n", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
+	}
+	for _, b := range bs {
+		if note := host.SourceDrift(h, b); note != "" {
+			fmt.Fprintf(e.Stdout, "note: %s: %s\n", b.ExtensionID, note)
+		}
 	}
 	return nil
 }
@@ -264,17 +324,23 @@ func loadRegistry(e *Env) ([]*binding.Binding, error) {
 	return binding.Load(h)
 }
 
-// listDocument is the --json form of extension list.
-func listDocument(bs []*binding.Binding) fmjson.Bindings {
+// listDocument is the --json form of extension list, with each binding's
+// fm-owned settings.
+func listDocument(h *home.Home, bs []*binding.Binding) (fmjson.Bindings, error) {
 	doc := fmjson.Bindings{Bindings: []fmjson.Binding{}}
 	for _, b := range bs {
+		st, err := binding.ReadSettings(h, b.ExtensionID, b.Digest)
+		if err != nil {
+			return doc, err
+		}
 		c := b.Capabilities[0]
 		doc.Bindings = append(doc.Bindings, fmjson.Binding{
 			ExtensionID: b.ExtensionID, ExtensionVersion: b.ExtensionVersion, Capability: c.Name, CapabilityVersion: c.Version,
 			AdapterNames: c.AdapterNames, PackageDigest: b.PackageDigest, BindingDigest: b.Digest, Binding: b.Path,
+			HandshakeTimeoutMS: st.HandshakeTimeoutMS,
 		})
 	}
-	return doc
+	return doc, nil
 }
 
 // writeJSON prints one pretty JSON document.

@@ -67,9 +67,7 @@ func proceventRegisterExtension(e *Env, f *registerExtensionFlags, args []string
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "registered: %s (%s from %s)\n", r.SourceID, r.Adapter, r.Owner())
-	fmt.Fprintf(e.Stdout, "owner-token: %s\n", r.Token)
-	fmt.Fprintf(e.Stdout, "retire: %s %s --if-owner %s\n", retireProgram(h), r.SourceID, r.Token)
+	printRegistered(e, h, r)
 	return nil
 }
 
@@ -225,9 +223,30 @@ func proceventReconcile(e *Env, ro *reconcileFlags, args []string) error {
 	return nil
 }
 
-// proceventHandled is `fm procevent handled`.
-func proceventHandled(e *Env, args []string) error {
-	if err := need(args, 2, 2, "a source id and a sequence number"); err != nil {
+// handledFlags are the flags of handled.
+type handledFlags struct{ all bool }
+
+func (f *handledFlags) declare(fs *flag.FlagSet) {
+	fs.BoolVar(&f.all, "all", false, "mark every unhandled result of the source handled (instead of one <seq>)")
+}
+
+// proceventHandled is `fm procevent handled` ([CAP-3], [UPG-3]).
+func proceventHandled(e *Env, f *handledFlags, args []string) error {
+	if f.all {
+		h, err := e.homeFor(args, 1, 1, "a source id (with --all, no sequence number)")
+		if err != nil {
+			return err
+		}
+		seqs, err := procevent.HandleAll(h, args[0])
+		for _, seq := range seqs {
+			fmt.Fprintf(e.Stdout, "handled: %s %d\n", args[0], seq)
+		}
+		if err == nil {
+			fmt.Fprintf(e.Stdout, "handled-all: %s %d\n", args[0], len(seqs))
+		}
+		return err
+	}
+	if err := need(args, 2, 2, "a source id and a sequence number (or --all)"); err != nil {
 		return err
 	}
 	seq, err := strconv.ParseInt(args[1], 10, 64)
@@ -321,16 +340,18 @@ func proceventInbox(e *Env, f *jsonFlag, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tKIND\tSTATE\tRESULT")
+	// CONTENT is --json's evidence (false: result, true: evidence); --json's
+	// kind is the owner's kind, which OWNER shows.
+	fmt.Fprintln(tw, "SOURCE\tSEQ\tADAPTER\tOWNER\tCONTENT\tSTATE\tRESULT")
 	for _, r := range results {
-		kind, state := "result", "unhandled"
+		content, state := "result", "unhandled"
 		if r.Evidence {
-			kind = "evidence"
+			content = "evidence"
 		}
 		if r.Handled {
 			state = "handled"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), kind, state, r.Path)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Sequence, r.Adapter, r.Owner(), content, state, r.Path)
 	}
 	return tw.Flush()
 }

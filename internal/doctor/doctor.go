@@ -103,6 +103,7 @@ func Check(h *home.Home) []Finding {
 	d.checkTransfers(bs, err == nil)
 	d.checkInvocations()
 	d.checkTemps()
+	d.checkUpgrades()
 	d.checkSources(bs, err == nil)
 	d.checkWakes()
 	d.checkRoutes()

@@ -2,9 +2,12 @@ package host
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"strconv"
 
 	"firstmate.dev/fm/internal/binding"
@@ -19,34 +22,91 @@ import (
 const maxShebang = 128
 
 // explain adds to the failure of a run of rec's entrypoint what the host
-// knows and its author needs, without any of the package's output:
+// knows and its author needs, without any of the package's output
+// ([HINT-1] to [HINT-4]):
 //
+//   - a timeout at the run's own bound: when what the package had written
+//     to stdout by then is one complete JSON document, that it answered
+//     but did not exit (an open watcher or timer keeps it running);
+//     otherwise the bound and the setting that raises it (--timeout-ms of
+//     the binding for an invoke, --handshake-timeout-ms for a handshake);
 //   - exit status 127 or 126 (the barrier's execve failed, or a shell found
 //     no program or could not run it): the entrypoint's first line, read
 //     from the verified store copy (at most maxShebang bytes, quoted as
 //     printable ASCII), what is wrong with it when the host can tell (a
 //     carriage return: CRLF line ends; no "#!"), and the fixed PATH, the
 //     only one an entrypoint gets [INV-3];
-//   - any other non-zero exit: that the working directory, the package
-//     root, is read-only, and that the package's writable place is
-//     FIRSTMATE_EXTENSION_STATE, since writing beside the code is the most
-//     common reason an entrypoint that works by hand fails under the host;
-//     for an invoke (a bound package), also how to see its stderr.
+//   - any other non-zero exit: how to see the package's stderr, which the
+//     host never stores or shows unasked. Nothing is guessed about why: the
+//     host cannot tell a syntax error from a refused write.
 //
-// Other failures are returned as they are.
+// In both exit cases a script entrypoint that finds its files through $0
+// (dollarZero) is told that $0 is /dev/fd/<n> under fm [INV-2]. Other
+// failures are returned as they are.
 func explain(rec *binding.Record, verb string, err error) error {
+	var t launch.TimedOut
+	if errors.As(err, &t) {
+		return &errcode.Error{Code: errcode.Of(err), Msg: timedOut(rec, verb, t), Err: err}
+	}
 	var st launch.ExitStatus
 	if !errors.As(err, &st) {
 		return err
 	}
-	hint := "; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE"
-	if verb == "invoke" {
-		hint += " (fm extension process-event --show-stderr shows its stderr)"
-	}
+	hint := "; " + stderrHint
 	if st == 126 || st == 127 {
 		hint = "; " + notRunnable(rec, int(st))
 	}
+	if dollarZero(rec) {
+		hint += "; " + dollarZeroHint
+	}
 	return &errcode.Error{Code: errcode.Of(err), Msg: err.Error() + hint, Err: err}
+}
+
+// stderrHint ends the message of an entrypoint that exited non-zero.
+const stderrHint = "its stderr is never stored: --show-stderr of fm extension bind, upgrade or process-event shows it"
+
+// dollarZeroHint is what a script that finds its files through $0 is told.
+const dollarZeroHint = "the entrypoint script finds files through $0 (dirname \"$0\" or alike), but under fm $0 is /dev/fd/<n>: find the package's files from the working directory, the package root (docs/protocol.md §2, \"How your entrypoint is run\")"
+
+// timedOut words a timeout at t's bound for verb.
+func timedOut(rec *binding.Record, verb string, t launch.TimedOut) string {
+	ms := t.After.Milliseconds()
+	if out := bytes.TrimSpace(t.Stdout); len(out) > 0 && json.Valid(out) {
+		return fmt.Sprintf("%s: answered but did not exit within %d ms: its response (%d bytes) was complete, but the entrypoint kept running (an open watcher, timer, server or child process keeps it alive); an entrypoint must exit once its response is written", t.What, ms, len(out))
+	}
+	switch verb {
+	case "handshake":
+		return fmt.Sprintf("%s; the handshake bound is %d ms: set it with --handshake-timeout-ms of fm extension bind or upgrade", t.Error(), ms)
+	case "invoke":
+		return fmt.Sprintf("%s; the binding's timeout_ms is %d: for a slower operation run fm extension upgrade %s <package-dir> --trust-same-user-code --timeout-ms <n>", t.Error(), ms, rec.ExtensionID)
+	}
+	return t.Error()
+}
+
+// dollarZeroPattern matches the shell idioms that find a script's own
+// directory through $0: dirname, readlink or realpath of $0, ${0%/*}, and
+// bash's BASH_SOURCE.
+var dollarZeroPattern = regexp.MustCompile(`dirname\s+(--\s+)?["']?\$\{?0\}?|\$\{0%/?\*\}|(readlink|realpath)\s+(-[a-z]+\s+)*["']?\$\{?0\}?|BASH_SOURCE`)
+
+// maxScript bounds the bytes of a script entrypoint that dollarZero reads.
+const maxScript = 65536
+
+// dollarZero reports whether rec's entrypoint, read from its verified store
+// copy, is a script ("#!") whose first maxScript bytes use one of the
+// dollarZeroPattern idioms: a static fact the host states as a hint, never
+// by showing package text.
+func dollarZero(rec *binding.Record) bool {
+	head, ok := readHead(filepath.Join(rec.PackageRoot, filepath.FromSlash(rec.Entrypoint)), maxScript)
+	return ok && bytes.HasPrefix(head, []byte("#!")) && dollarZeroPattern.Match(head)
+}
+
+// DollarZeroWarning is the warning bind and upgrade print when rec's
+// entrypoint script finds its files through $0 ([HINT-4]); "" otherwise.
+func DollarZeroWarning(rec *binding.Record) string {
+	if !dollarZero(rec) {
+		return ""
+	}
+	return "entrypoint " + rec.Entrypoint + " of " + rec.ExtensionID + ": " + dollarZeroHint
 }
 
 // notRunnable words exit status 127 (not found) or 126 (found, not runnable)
@@ -70,28 +130,15 @@ func notRunnable(rec *binding.Record, status int) string {
 }
 
 // firstLine reads at most maxShebang bytes of the regular file at path (not
-// following a symlink) up to its first newline. shown is the line as one
-// printable-ASCII Go string, followed by "..." when the bound cut it. Any
-// other kind of file is not read: package code may have replaced its
-// entrypoint with a FIFO that a process outside its group holds open, and
-// a read of it would block fm past every timeout.
+// following a symlink: readHead) up to its first newline. shown is the line
+// as one printable-ASCII Go string, followed by "..." when the bound cut it.
 func firstLine(path string) (line []byte, shown string, ok bool) {
-	f, err := fsutil.OpenNoFollow(path)
-	if err != nil {
-		return nil, "", false
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, "", false
-	}
 	// One byte more than shown tells a line of exactly maxShebang bytes
 	// from a longer one.
-	buf := make([]byte, maxShebang+1)
-	n, err := io.ReadFull(f, buf)
-	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+	line, ok = readHead(path, maxShebang+1)
+	if !ok {
 		return nil, "", false
 	}
-	line = buf[:n]
 	if i := bytes.IndexByte(line, '\n'); i >= 0 {
 		line = line[:i]
 	}
@@ -104,6 +151,27 @@ func firstLine(path string) (line []byte, shown string, ok bool) {
 		shown += "..."
 	}
 	return line, shown, true
+}
+
+// readHead reads at most n bytes of the regular file at path, not following
+// a symlink. Any other kind of file is not read: package code may have
+// replaced its entrypoint with a FIFO that a process outside its group
+// holds open, and a read of it would block fm past every timeout.
+func readHead(path string, n int) ([]byte, bool) {
+	f, err := fsutil.OpenNoFollow(path)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, false
+	}
+	buf := make([]byte, n)
+	got, err := io.ReadFull(f, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return nil, false
+	}
+	return buf[:got], true
 }
 
 // damagedAtBind is the refusal of a bind whose installed copy no longer

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"firstmate.dev/fm/internal/binding"
 )
 
 // [INV-2] [BIND-6] the explanation of an entrypoint that could not be run
@@ -64,5 +66,35 @@ func TestFirstLineBound(t *testing.T) {
 				t.Fatalf("got %q (ok %v), want %q", shown, ok, c.shown)
 			}
 		})
+	}
+}
+
+// [HINT-4] the static check names the shell idioms that find a script's
+// files through $0, and only those: a script that uses $0 otherwise (its
+// own path in a message, a chmod of itself) or a binary is not named.
+func TestDollarZero(t *testing.T) {
+	for text, want := range map[string]bool{
+		"#!/bin/sh\n. \"$(dirname \"$0\")/lib.sh\"\n":          true,
+		"#!/bin/sh\ncd `dirname $0`\n":                         true,
+		"#!/bin/bash\nhere=$(dirname -- \"${0}\")\n":           true,
+		"#!/bin/sh\nhere=${0%/*}\n":                            true,
+		"#!/bin/sh\nhere=$(readlink -f \"$0\")\n":              true,
+		"#!/bin/bash\nsource \"${BASH_SOURCE%/*}/lib.sh\"\n":   true,
+		"#!/bin/sh\necho \"usage: $0 handshake|invoke\" >&2\n": false,
+		"#!/bin/sh\nchmod u+w \"$0\"\n":                        false,
+		"#!/bin/sh\n. lib/common.sh\n":                         false,
+		"\x7fELF dirname \"$0\"":                               false, // not a script
+	} {
+		root := t.TempDir()
+		if err := os.WriteFile(filepath.Join(root, "entry"), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rec := &binding.Record{PackageRoot: root, Entrypoint: "entry", ExtensionID: "org.example.x"}
+		if got := dollarZero(rec); got != want {
+			t.Errorf("dollarZero(%q) = %v, want %v", text, got, want)
+		}
+		if w := DollarZeroWarning(rec); (w != "") != want || want && !strings.Contains(w, "entrypoint entry of org.example.x: ") {
+			t.Errorf("DollarZeroWarning(%q) = %q", text, w)
+		}
 	}
 }

@@ -51,12 +51,19 @@ type BindOptions struct {
 	Trust     bool     // --trust-same-user-code
 	Consents  []string // --consent facts given
 	TimeoutMS int64    // invoke timeout
+	// HandshakeTimeoutMS bounds the binding's handshakes; 0 is the
+	// default, binding.DefaultHandshakeTimeoutMS. It is fm's own setting,
+	// stored beside the record (binding.Settings).
+	HandshakeTimeoutMS int64
 	// Lock, when set, is an already held lifecycle lock (a caller that
 	// must publish more under the same lock); Bind then does not take one.
 	Lock *lifecycle.Lock
 	// Progress, when set, receives the advance of the package's scan,
 	// store copy and rescans (pkgtree.Progress), for a progress display.
 	Progress pkgtree.Progress
+	// Stderr, when set, receives the package's stderr of the bind's
+	// handshake (bind --show-stderr); it is never stored [INV-4].
+	Stderr StderrFunc
 	// Staged marks Dir as a transfer received into this home ([XFER-3]).
 	// Such a package lies inside the home by design, so instead of
 	// [PKG-2] Dir must be a canonical directory inside exactly this
@@ -71,13 +78,90 @@ type BindOptions struct {
 // handshake builds on the install's own verification of the copy
 // (pkgtree.Reverify): the copy is hashed again only if it changed since.
 func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding, error) {
-	if err := checkTrust(opts); err != nil {
+	p, err := readPackage(h, &opts, "")
+	if err != nil {
+		return nil, err
+	}
+	if opts.Lock == nil {
+		lock, err := lifecycle.Acquire(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		defer lock.Release()
+	}
+	rec, err := p.prepare(ctx, h, opts, "")
+	if err != nil {
+		return nil, err
+	}
+	return Publish(h, rec, opts)
+}
+
+// Publish stores the fm-owned settings of rec's binding from opts, then
+// publishes rec ([BIND-4]); the caller holds the lifecycle lock.
+func Publish(h *home.Home, rec *binding.Record, opts BindOptions) (*binding.Binding, error) {
+	data, err := rec.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := binding.WriteSettings(h, rec.ExtensionID, binding.Digest(data), binding.Settings{HandshakeTimeoutMS: handshakeBound(opts)}); err != nil {
+		return nil, err
+	}
+	return binding.Publish(h, rec)
+}
+
+// handshakeBound is the handshake bound opts set, in milliseconds.
+func handshakeBound(opts BindOptions) int64 {
+	if opts.HandshakeTimeoutMS == 0 {
+		return binding.DefaultHandshakeTimeoutMS
+	}
+	return opts.HandshakeTimeoutMS
+}
+
+// Prepare is Bind up to its publication, for fm extension upgrade ([UPG-1]),
+// which holds the lifecycle lock (opts.Lock) and replaces the enabled
+// binding of extension id, if any: the package must be of that extension,
+// the registry checks ([BIND-4]) leave its binding out, and the new record
+// is returned installed and handshaken but unpublished, with its digest.
+// Nothing of the registry changes.
+func Prepare(ctx context.Context, h *home.Home, opts BindOptions, id string) (*binding.Record, string, error) {
+	if opts.Lock == nil {
+		return nil, "", errcode.New(errcode.Internal, "Prepare needs the lifecycle lock")
+	}
+	p, err := readPackage(h, &opts, id)
+	if err != nil {
+		return nil, "", err
+	}
+	rec, err := p.prepare(ctx, h, opts, id)
+	if err != nil {
+		return nil, "", err
+	}
+	data, err := rec.Encode()
+	if err != nil {
+		return nil, "", err
+	}
+	return rec, binding.Digest(data), nil
+}
+
+// source is an operator's package directory as bind read it, before the
+// lifecycle lock: its scanned tree, manifest and digests.
+type source struct {
+	tree                            *pkgtree.Tree
+	m                               *wire.Manifest
+	manifestDigest, entryDigest     string
+	hostProtocol, capabilityVersion int64
+}
+
+// readPackage applies the bind rules that need no lock to opts.Dir
+// (cleaning its spelling in opts) and reads the package, which must be of
+// extension id unless id is "".
+func readPackage(h *home.Home, opts *BindOptions, id string) (*source, error) {
+	if err := checkTrust(*opts); err != nil {
 		return nil, err
 	}
 	if opts.TimeoutMS == 0 {
 		opts.TimeoutMS = binding.DefaultTimeoutMS
 	}
-	if err := checkLocation(h, opts); err != nil {
+	if err := checkLocation(h, *opts); err != nil {
 		return nil, err
 	}
 	// The location check resolves the path as the kernel would, so a
@@ -92,34 +176,38 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 	if err != nil {
 		return nil, err
 	}
+	if id != "" && m.ID != id {
+		return nil, errcode.New(errcode.Usage, "package %s is extension %s, not %s", opts.Dir, m.ID, id)
+	}
 	entryDigest, err := checkEntrypoint(tree, m.Entrypoint, opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	hp, cv, err := CheckOptions(h, m, opts)
+	hp, cv, err := CheckOptions(h, m, *opts)
 	if err != nil {
 		return nil, err
 	}
+	return &source{tree: tree, m: m, manifestDigest: manifestDigest, entryDigest: entryDigest, hostProtocol: hp, capabilityVersion: cv}, nil
+}
 
-	lock := opts.Lock
-	if lock == nil {
-		if lock, err = lifecycle.Acquire(ctx, h); err != nil {
-			return nil, err
-		}
-		defer lock.Release()
-	}
+// prepare is the part of a bind under the lifecycle lock up to the
+// publication: the registry check (leaving out the binding of replacing, an
+// extension id, when not ""), the store copy, the record and the handshake
+// against the copy.
+func (p *source) prepare(ctx context.Context, h *home.Home, opts BindOptions, replacing string) (*binding.Record, error) {
 	SweepTemps(h)
 	existing, err := binding.Load(h)
 	if err != nil {
 		return nil, err
 	}
+	existing = slices.DeleteFunc(existing, func(b *binding.Binding) bool { return b.ExtensionID == replacing })
+	m := p.m
 	if err := CheckRegistry(existing, m.ID, opts.Adapters); err != nil {
 		return nil, err
 	}
-
-	root := h.PackageRoot(m.ID, m.Version, binding.Hex(tree.Digest))
+	root := h.PackageRoot(m.ID, m.Version, binding.Hex(p.tree.Digest))
 	_, statErr := os.Lstat(root)
-	installed, err := pkgtree.InstallWith(opts.Dir, tree, root, pkgtree.Options{Progress: opts.Progress})
+	installed, err := pkgtree.InstallWith(opts.Dir, p.tree, root, pkgtree.Options{Progress: opts.Progress})
 	if err != nil {
 		return nil, err
 	}
@@ -140,12 +228,12 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		ExtensionVersion: m.Version,
 		Source:           binding.Source{Kind: binding.SourceKind, Path: opts.Dir},
 		PackageRoot:      root,
-		ManifestSHA256:   manifestDigest,
-		PackageDigest:    tree.Digest,
+		ManifestSHA256:   p.manifestDigest,
+		PackageDigest:    p.tree.Digest,
 		Entrypoint:       m.Entrypoint,
-		EntrypointSHA256: entryDigest,
-		HostProtocol:     hp,
-		Capabilities:     []binding.Capability{{Name: wire.CapabilityName, Version: cv, AdapterNames: adapters}},
+		EntrypointSHA256: p.entryDigest,
+		HostProtocol:     p.hostProtocol,
+		Capabilities:     []binding.Capability{{Name: wire.CapabilityName, Version: p.capabilityVersion, AdapterNames: adapters}},
 		Consents:         consents,
 		TimeoutMS:        opts.TimeoutMS,
 	}
@@ -159,10 +247,10 @@ func Bind(ctx context.Context, h *home.Home, opts BindOptions) (*binding.Binding
 		return nil, err
 	}
 	damaged := func(err error) error { return damagedAtBind(rec, created, err) }
-	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged); err != nil {
+	if err := handshake(ctx, h, rec, binding.Digest(data), installed, damaged, opts.Stderr, handshakeBound(opts)); err != nil {
 		return nil, err
 	}
-	return binding.Publish(h, rec)
+	return rec, nil
 }
 
 // afterInstall, when set (by tests only), runs between a bind's install of
@@ -233,7 +321,7 @@ func CheckOptions(h *home.Home, m *wire.Manifest, opts BindOptions) (hostProtoco
 // lock, so the answer stays true until they publish.
 func CheckRegistry(existing []*binding.Binding, id string, adapters []string) error {
 	if b, _ := binding.Find(existing, id); b != nil {
-		return errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; retire it first", id, b.Path)
+		return errcode.New(errcode.BindingExists, "a binding for %s already exists at %q; to bind another version or other settings run fm extension upgrade %s <package-dir> --trust-same-user-code, which moves its sources too (or retire it first: fm extension retire-binding)", id, b.Path, id)
 	}
 	for _, a := range adapters {
 		if b, _ := binding.ForAdapter(existing, a); b != nil {
@@ -478,7 +566,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 		return nil, err
 	}
 	defer v.close()
-	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v)
+	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -552,22 +640,25 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 // a copy that the next run will refuse (damagedByHandshake). bindingDigest
 // is recorded in the invocation's owner record.
 func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string) error {
-	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) })
+	return handshake(ctx, h, rec, bindingDigest, nil, func(err error) error { return damagedByHandshake(rec, err) }, nil, 0)
 }
 
 // handshake revalidates rec (building on since, when not nil: see verify),
 // runs its handshake and revalidates it again; damaged turns a failure of
-// the second revalidation into the caller's refusal.
-func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error) error {
+// the second revalidation into the caller's refusal; show, when set,
+// receives the package's stderr; bound is the handshake bound in
+// milliseconds (0: the binding's setting).
+func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error, show StderrFunc, bound int64) error {
 	v, err := verify(rec, since)
 	if err != nil {
 		return err
 	}
 	defer v.close()
-	s, req, err := handshakeSpec(h, rec, bindingDigest, v)
+	s, req, err := handshakeSpec(h, rec, bindingDigest, v, bound)
 	if err != nil {
 		return err
 	}
+	show.show(&s)
 	out, err := launchRun(ctx, s)
 	if rerr := v.recheck(rec, "handshake"); rerr != nil {
 		return damaged(rerr)
@@ -578,8 +669,17 @@ func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 	return protocol.CheckHandshake(out, req)
 }
 
-// handshakeSpec builds a fresh handshake request for rec and its launch.
-func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified) (launch.Spec, *wire.HandshakeRequest, error) {
+// handshakeSpec builds a fresh handshake request for rec and its launch,
+// bounded by bound milliseconds, or with bound 0 by the binding's handshake
+// setting ([HINT-3]).
+func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *verified, bound int64) (launch.Spec, *wire.HandshakeRequest, error) {
+	if bound == 0 {
+		st, err := binding.ReadSettings(h, rec.ExtensionID, bindingDigest)
+		if err != nil {
+			return launch.Spec{}, nil, err
+		}
+		bound = st.HandshakeTimeoutMS
+	}
 	c := rec.Capabilities[0]
 	req := &wire.HandshakeRequest{
 		Schema:           wire.HandshakeRequestSchema,
@@ -590,7 +690,7 @@ func handshakeSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *v
 		PackageDigest:    rec.PackageDigest,
 		Capability:       wire.HandshakeCapability{Name: c.Name, Versions: []int64{c.Version}, AdapterNames: c.AdapterNames},
 	}
-	s, err := launchSpec(h, rec, bindingDigest, v, "handshake", req, req.RequestID, "", "handshake", protocol.HandshakeTimeout*time.Millisecond)
+	s, err := launchSpec(h, rec, bindingDigest, v, "handshake", req, req.RequestID, "", "handshake", time.Duration(bound)*time.Millisecond)
 	return s, req, err
 }
 
@@ -770,4 +870,28 @@ func ReleaseInvocations(h *home.Home, bindingDigest string) error {
 		return nil // every record Cleanup kept has ended since: nothing pins the binding
 	}
 	return cerr
+}
+
+// SourceDrift compares the source directory a binding was bound from
+// (source.path) with its bound copy ([LST-5]) and returns what an operator
+// should know, or "" when they match: the directory is missing or cannot be
+// scanned, or its tree digest differs (it was edited since the bind, which
+// changes nothing that runs: the bound copy does). A transfer's source is
+// its staged unit, which only fm writes: it is not compared. It runs no
+// package code.
+func SourceDrift(h *home.Home, b *binding.Binding) string {
+	src := b.Source.Path
+	if strings.HasPrefix(src, h.Staging()+string(filepath.Separator)) {
+		return ""
+	}
+	tree, err := pkgtree.Scan(src, pkgtree.Source)
+	switch {
+	case err != nil && errcode.Is(err, errcode.PackageMissing):
+		return "source directory " + src + " is missing; the bound copy is unaffected"
+	case err != nil:
+		return "source directory " + src + " cannot be scanned (" + string(errcode.Of(err)) + "), so it cannot be compared with the bound copy"
+	case tree.Digest != b.PackageDigest:
+		return "source directory " + src + " differs from the bound copy (its tree is " + tree.Digest + "); what runs is the bound copy: to bind the directory, run fm extension upgrade " + b.ExtensionID + " " + src + " --trust-same-user-code"
+	}
+	return ""
 }

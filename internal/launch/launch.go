@@ -774,7 +774,8 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 	}
 	switch cause {
 	case timedOut:
-		return nil, errcode.New(errcode.Timeout, "%s: no answer within %d ms", s.what(), s.Timeout.Milliseconds())
+		t := TimedOut{What: s.what(), After: s.Timeout, Stdout: inv.out.buf[:min(len(inv.out.buf), s.StdoutLimit)]}
+		return nil, &errcode.Error{Code: errcode.Timeout, Msg: t.Error(), Err: t}
 	case cancelled:
 		return nil, s.interrupted(ctx)
 	}
@@ -793,6 +794,20 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 		return nil, errcode.New(errcode.ProcessLeak, "%s: stdout or stderr stayed open after the invocation group was gone: a process that left the group holds it (not signalled)", s.what())
 	}
 	return &Result{Stdout: inv.out.buf, ExitStatus: ws.ExitStatus()}, nil
+}
+
+// TimedOut is the cause of a timeout error at the invocation's own bound:
+// what the invocation is, the bound, and what it had written to stdout by
+// then (within StdoutLimit), for a caller that tells a package that
+// answered but did not exit from one that did not answer.
+type TimedOut struct {
+	What   string
+	After  time.Duration
+	Stdout []byte
+}
+
+func (t TimedOut) Error() string {
+	return fmt.Sprintf("%s: no answer within %d ms", t.What, t.After.Milliseconds())
 }
 
 // ExitStatus is the cause of a process-failed error for a non-zero exit:

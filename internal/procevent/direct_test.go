@@ -210,12 +210,12 @@ func TestDirectShowStderr(t *testing.T) {
 	}
 
 	// A failed invoke of a direct result operation says how to see the
-	// stderr, and where a package may write.
+	// stderr [HINT-1].
 	f.mode("poll", "result")
 	f.ok("procevent", "start", "s1")
 	f.mode("terminal", "crash")
 	errs = f.fails("process-failed", "extension", "process-event", "sig", "result.terminal", "--result-file", filepath.Join(f.h.Inbox(), "s1.2.result"))
-	if !strings.HasSuffix(errs, "entrypoint exit status 7; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr)\n") {
+	if !strings.HasSuffix(errs, "entrypoint exit status 7; its stderr is never stored: --show-stderr of fm extension bind, upgrade or process-event shows it\n") {
 		t.Fatalf("terminal failure: %q", errs)
 	}
 }

@@ -322,6 +322,30 @@ func (d *dirs) markHandled(id string, seq int64, by string) (already bool, err e
 	return false, err
 }
 
+// HandleAll marks every unhandled captured result of source id handled
+// ([UPG-3]) and returns their sequence numbers, in order. Each is marked as
+// MarkHandled marks one; a result captured meanwhile is not included.
+func HandleAll(h *home.Home, id string) ([]int64, error) {
+	if err := protocol.CheckSourceID(id); err != nil {
+		return nil, err
+	}
+	results, err := Inbox(h)
+	if err != nil {
+		return nil, err
+	}
+	var done []int64
+	for _, r := range results {
+		if r.SourceID != id || r.Handled {
+			continue
+		}
+		if _, err := MarkHandled(h, id, r.Sequence); err != nil {
+			return done, err
+		}
+		done = append(done, r.Sequence)
+	}
+	return done, nil
+}
+
 // MarkHandled records that the result seq of source id is handled ([CAP-3]).
 // already reports that it was handled before; nothing changes then.
 func MarkHandled(h *home.Home, id string, seq int64) (already bool, err error) {

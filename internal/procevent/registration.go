@@ -295,6 +295,23 @@ func RegisterExtension(ctx context.Context, h *home.Home, adapter, sourceID, con
 	if err != nil {
 		return nil, err
 	}
+	return RegisterWith(ctx, h, b, adapter, sourceID, configRef)
+}
+
+// RegisterWith is RegisterExtension for a caller that holds the lifecycle
+// lock and has resolved b, the binding enabling adapter (fm extension
+// upgrade, [UPG-1]): it handshakes b and publishes a new generation of
+// sourceID with a fresh token.
+func RegisterWith(ctx context.Context, h *home.Home, b *binding.Binding, adapter, sourceID, configRef string) (*Registration, error) {
+	if err := checkNames(adapter, sourceID); err != nil {
+		return nil, err
+	}
+	if err := protocol.CheckConfigRef(configRef); err != nil {
+		return nil, err
+	}
+	if !b.Enables(adapter) {
+		return nil, errcode.New(errcode.AdapterUnbound, "binding %s does not enable adapter %q", b.ExtensionID, adapter)
+	}
 	if err := host.Handshake(ctx, h, &b.Record, b.Digest); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
@@ -203,7 +204,46 @@ func Sweep(ctx context.Context, h *home.Home, preflight bool) (int, error) {
 
 // Preflight is the process-event dependency check of every retirement of a
 // binding ([LIFE-2]; retire.Enabled calls it): it refuses (binding-in-use)
-// while a registration or an unhandled captured result depends on b.
+// while a registration or an unhandled captured result depends on b, and
+// names every one of them, with the command that ends each kind of
+// dependence: fm extension upgrade moves the registrations to a new binding
+// in one step ([UPG-1]), and fm procevent handled <source-id> --all handles
+// every unhandled result of a source ([UPG-3]).
+func Preflight(h *home.Home, b *binding.Binding) error {
+	regs, results, err := Dependents(h, b)
+	if err != nil {
+		return err
+	}
+	if len(regs) > 0 {
+		ids := make([]string, len(regs))
+		for i, r := range regs {
+			ids[i] = r.SourceID
+		}
+		return errcode.New(errcode.BindingInUse, "binding %s of %s is in use by %d registered source(s): %s; move them to a new binding with fm extension upgrade %s <package-dir>, or retire each first (fm procevent retire <source-id> --if-owner <its owner token>; fm procevent token <source-id> prints it)", b.Digest, b.ExtensionID, len(regs), strings.Join(ids, ", "), b.ExtensionID)
+	}
+	if len(results) > 0 {
+		return UnhandledError(b, results)
+	}
+	return nil
+}
+
+// UnhandledError is the refusal (binding-in-use) of a change of binding b
+// while results only b may classify are unhandled: it lists every one of
+// them, and the commands that handle them one by one or per source.
+func UnhandledError(b *binding.Binding, results []Result) error {
+	items := make([]string, len(results))
+	sources := []string{}
+	for i, r := range results {
+		items[i] = fmt.Sprintf("%s %d (%s)", r.SourceID, r.Sequence, r.Path)
+		if !slices.Contains(sources, r.SourceID) {
+			sources = append(sources, r.SourceID)
+		}
+	}
+	return errcode.New(errcode.BindingInUse, "binding %s of %s is the only owner of %d unhandled captured result(s): %s; nothing was changed: read and handle each (fm procevent handled <source-id> <seq>), or all of a source at once (fm procevent handled <source-id> --all, for: %s), then retry", b.Digest, b.ExtensionID, len(results), strings.Join(items, ", "), strings.Join(sources, ", "))
+}
+
+// Dependents lists what depends on b, in source-id order: the extension
+// registrations made with it, and the unhandled captured results it owns.
 //
 // Dependence is by binding digest, the exact identity: an extension
 // registration depends on the binding it was registered with (its
@@ -211,26 +251,26 @@ func Sweep(ctx context.Context, h *home.Home, preflight bool) (int, error) {
 // in its meta, because that binding is the only owner allowed to classify it
 // and give its verdicts. A registration or result of another binding of the
 // same extension id does not pin this one (it can no longer run against it
-// anyway). A registry or inbox that cannot be read refuses too: no
+// anyway). A registry or inbox that cannot be read is an error: no
 // dependency can then be ruled out.
-func Preflight(h *home.Home, b *binding.Binding) error {
-	regs, err := Sources(h)
+func Dependents(h *home.Home, b *binding.Binding) (regs []*Registration, unhandled []Result, err error) {
+	all, err := Sources(h)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	for _, r := range regs {
+	for _, r := range all {
 		if r.External() && r.BindingDigest == b.Digest {
-			return errcode.New(errcode.BindingInUse, "source %q is registered with binding %s; retire it first (fm procevent retire %s --if-owner <its owner token>)", r.SourceID, b.Digest, r.SourceID)
+			regs = append(regs, r)
 		}
 	}
 	results, err := Inbox(h)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	for _, res := range results {
 		if !res.Handled && res.dependsOn(b) {
-			return errcode.New(errcode.BindingInUse, "captured result %q of binding %s is unhandled; handle it first (fm procevent handled %s %d)", res.Path, b.Digest, res.SourceID, res.Sequence)
+			unhandled = append(unhandled, res)
 		}
 	}
-	return nil
+	return regs, unhandled, nil
 }

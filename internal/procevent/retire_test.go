@@ -139,7 +139,7 @@ func TestRetireBindingPreflight(t *testing.T) {
 		return err
 	}
 	tok := f.registerExt("s1")
-	if err := retireBinding(); !errcode.Is(err, errcode.BindingInUse) || !strings.Contains(err.Error(), `source "s1"`) {
+	if err := retireBinding(); !errcode.Is(err, errcode.BindingInUse) || !strings.Contains(err.Error(), `registered source(s): s1;`) {
 		t.Fatalf("with a registration: %v", err)
 	}
 	f.ok("procevent", "start", "s1")

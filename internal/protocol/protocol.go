@@ -54,7 +54,8 @@ import (
 	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
-// HandshakeTimeout bounds a handshake, in milliseconds ([PROTO-1]).
+// HandshakeTimeout is the default bound of a handshake, in milliseconds
+// ([PROTO-1]); an operator may set another per binding ([HINT-3]).
 const HandshakeTimeout = 5000
 
 // The versions this host speaks, offered in every handshake: host protocol

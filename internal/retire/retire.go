@@ -61,6 +61,12 @@ func Binding(ctx context.Context, h *home.Home, id, digest string) (string, erro
 		return "", err
 	}
 	defer lock.Release()
+	return Held(h, id, digest)
+}
+
+// Held is Binding for a caller that holds the lifecycle lock (fm extension
+// upgrade, [UPG-1]).
+func Held(h *home.Home, id, digest string) (string, error) {
 	host.SweepTemps(h)
 	bs, err := binding.LoadForRetire(h, id)
 	if err != nil {

@@ -141,7 +141,7 @@ func TestPreflightEveryEntryPoint(t *testing.T) {
 	tok := register(t, h, "s1")
 	_, err := retire.Binding(ctx, h, fakeID, b.Digest)
 	refused(t, "retire.Binding", h, b, err, errcode.BindingInUse)
-	if !strings.Contains(err.Error(), `source "s1"`) {
+	if !strings.Contains(err.Error(), `registered source(s): s1;`) {
 		t.Errorf("the refusal %q does not name the source", err)
 	}
 	cliRefused(t, h, b, errcode.BindingInUse, "extension", "retire-binding", fakeID, "--if-binding-digest", b.Digest)

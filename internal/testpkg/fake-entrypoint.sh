@@ -35,6 +35,12 @@ wrong-id) printf '{%s,"request_id":"sha256:%064d"}' "$body" 0 ;;
 	duplicate-key) printf '{%s,"request_id":"%s","request_id":"%s"}' "$body" "$rid" "$rid" ;;
 	malformed) printf '{%s,"request_id":"%s"' "$body" "$rid" ;;
 	exit9) exit 9 ;;
+	hang) sleep 30 ;;
+	linger)
+		# answer well, then keep running (an open watcher would): the host
+		# must say it answered but did not exit.
+		printf '{%s,"request_id":"%s"}' "$body" "$rid"
+		sleep 30 ;;
 	script)
 		# run $state/script (package code, in the installed copy), then
 		# answer well; the script's exit ends the handshake.
@@ -112,6 +118,7 @@ flood-stderr) head -c 9000 /dev/zero | tr '\0' 'e' >&2; sleep 30 ;;
 exit7) exit 7 ;;
 self-kill) kill -KILL $$ ;;
 hang) sleep 30 ;;
+linger) ok '{"output":"x","status":"result"}'; sleep 30 ;;
 hang-child)
 	# a TERM-ignoring child, then a hang: only a group KILL ends both.
 	(trap '' TERM; sleep 60) &

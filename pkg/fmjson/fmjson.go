@@ -86,6 +86,9 @@ type Binding struct {
 	PackageDigest     string   `json:"package_digest"`
 	BindingDigest     string   `json:"binding_digest"`
 	Binding           string   `json:"binding"` // the binding file
+	// HandshakeTimeoutMS is fm's own setting of the binding's handshake
+	// bound (--handshake-timeout-ms), stored beside the record.
+	HandshakeTimeoutMS int64 `json:"handshake_timeout_ms"`
 }
 
 // Sources is what `fm procevent list --json` prints: the registered sources.
