@@ -460,6 +460,11 @@ func (f StderrFunc) show(s *launch.Spec) {
 // (owner record, launch barrier started and waiting, see launch.Prepare)
 // while the handshake runs, so the start-up of its barrier, a whole fm
 // process, is off the critical path. A failed handshake aborts it unreleased.
+//
+// The call's start-up holds a slot of ctx's launch gate (launch.Enter; serve
+// and reconcile set one): from before the package is verified until the
+// invoke's entrypoint has been executed, so a herd of calls is queued here,
+// where no package's bound runs, rather than by the kernel [INV-5].
 func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, op Op[In, Out], in In, c Call) (*Out, error) {
 	if op.name == "" {
 		return nil, errcode.New(errcode.Internal, "no operation named")
@@ -473,6 +478,11 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	if err := Current(b); err != nil {
 		return nil, err
 	}
+	leave, err := launch.Enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	v, err := verify(&b.Record, nil)
 	if err != nil {
 		return nil, err
@@ -505,6 +515,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	}
 	c.Stderr.show(&hs)
 	c.Stderr.show(&invSpec)
+	invSpec.Running = leave
 	// The handshake's barrier is forked first (forks are serialized), then
 	// the invoke's is prepared in the background while the handshake runs.
 	hsp, err := launch.Prepare(ctx, hs)
@@ -557,8 +568,14 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 
 // handshake revalidates rec (building on since, when not nil: see verify),
 // runs its handshake and revalidates it again; damaged turns a failure of
-// the second revalidation into the caller's refusal.
+// the second revalidation into the caller's refusal. It holds a slot of
+// ctx's launch gate throughout (see Invoke).
 func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error) error {
+	leave, err := launch.Enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	v, err := verify(rec, since)
 	if err != nil {
 		return err
