@@ -85,7 +85,7 @@ func TestStalledBarrierIsHostResource(t *testing.T) {
 	assertNoRecords(t, f.records)
 }
 
-// The gate admits at most Size callers at once, and all of them in turn;
+// [INV-5]: the gate admits at most Size callers at once, and all of them in turn;
 // leave is idempotent; a caller whose context ends while it waits is
 // refused (process-failed) and takes no slot; a context without a gate is
 // not bounded.
