@@ -37,12 +37,19 @@ func NewGate(n int) *Gate {
 	return &Gate{slots: make(chan struct{}, max(1, n))}
 }
 
-// GateSize is the number of slots a host's gate has: the CPUs this process
-// may run on at once (runtime.GOMAXPROCS: the machine's CPUs, or fewer under
-// a CPU affinity mask or a cgroup CPU limit). A call's start-up is CPU-bound
-// (a process start, a package's interpreter, a tree scan), so more at once
-// than there are CPUs only makes each slower, and fewer leaves CPUs idle.
-func GateSize() int { return runtime.GOMAXPROCS(0) }
+// GateSize is the number of slots a host's gate has: four per CPU this
+// process may run on (runtime.GOMAXPROCS: the machine's CPUs, or fewer under
+// a CPU affinity mask or a cgroup CPU limit). A start-up is a handful of
+// processes run one after another (two barriers, the package's interpreter
+// and what it starts), each waiting for the last, so one per CPU leaves the
+// CPUs idle between them; and on a machine shared with other work the
+// kernel shares the CPUs among runnable processes, so a host with one
+// start-up per CPU got a sliver of them: at one per CPU, two busy loops and
+// a loaded machine beside it, a serve of 100 sources got through fewer than
+// one start-up a second, and sources waited minutes. Four per CPU keeps a
+// herd's start-ups to a few dozen processes at once, where each takes
+// milliseconds, not seconds.
+func GateSize() int { return 4 * runtime.GOMAXPROCS(0) }
 
 // Size is the number of slots.
 func (g *Gate) Size() int { return cap(g.slots) }
