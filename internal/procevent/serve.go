@@ -45,7 +45,7 @@ import (
 // never touching the leader of a group a poll is still proving gone.
 //
 // Every launch serve makes passes one launch.Gate of launch.GateSize slots
-// (the CPUs it may use): a call holds a slot while it starts, so the herd of
+// (four per CPU it may use): a call holds a slot while it starts, so the herd of
 // a start, of a restart after a kill, or of a burst of registrations is
 // queued in serve, where no package's bound runs, and at most that many
 // calls compete for the CPUs at once [INV-5]. Reconcile's concurrent polls
