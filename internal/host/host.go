@@ -548,6 +548,11 @@ func (f StderrFunc) show(s *launch.Spec) {
 // (owner record, launch barrier started and waiting, see launch.Prepare)
 // while the handshake runs, so the start-up of its barrier, a whole fm
 // process, is off the critical path. A failed handshake aborts it unreleased.
+//
+// The call's start-up holds a slot of ctx's launch gate (launch.Enter; serve
+// and reconcile set one): from before the package is verified until the
+// invoke's entrypoint has been executed, so a herd of calls is queued here,
+// where no package's bound runs, rather than by the kernel [INV-5].
 func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, op Op[In, Out], in In, c Call) (*Out, error) {
 	if op.name == "" {
 		return nil, errcode.New(errcode.Internal, "no operation named")
@@ -561,6 +566,11 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	if err := Current(b); err != nil {
 		return nil, err
 	}
+	leave, err := launch.Enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	v, err := verify(&b.Record, nil)
 	if err != nil {
 		return nil, err
@@ -593,6 +603,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	}
 	c.Stderr.show(&hs)
 	c.Stderr.show(&invSpec)
+	invSpec.Running = leave
 	// The handshake's barrier is forked first (forks are serialized), then
 	// the invoke's is prepared in the background while the handshake runs.
 	hsp, err := launch.Prepare(ctx, hs)
@@ -647,8 +658,14 @@ func Handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 // runs its handshake and revalidates it again; damaged turns a failure of
 // the second revalidation into the caller's refusal; show, when set,
 // receives the package's stderr; bound is the handshake bound in
-// milliseconds (0: the binding's setting).
+// milliseconds (0: the binding's setting). It holds a slot of ctx's launch
+// gate throughout (see Invoke).
 func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDigest string, since *pkgtree.Tree, damaged func(error) error, show StderrFunc, bound int64) error {
+	leave, err := launch.Enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	v, err := verify(rec, since)
 	if err != nil {
 		return err

@@ -40,6 +40,7 @@ const (
 	envTimeout    = "FM_LAUNCH_TEST_TIMEOUT_MS"  // host: Spec.Timeout
 	envProgram    = "FM_LAUNCH_TEST_PROGRAM"     // host: run this program instead of a helper mode
 	envHow        = "FM_LAUNCH_TEST_HOW"         // host: "fd" (Spec.Exec) or "argv" (by path)
+	envSleep      = "FM_LAUNCH_TEST_SLEEP_MS"    // sleep-answer: how long
 )
 
 func TestMain(m *testing.M) {
@@ -122,6 +123,10 @@ func helper(mode string) int {
 		time.Sleep(time.Hour)
 	case "exit7":
 		return 7
+	case "sleep-answer": // answers "ok" after envSleep milliseconds
+		ms, _ := strconv.Atoi(os.Getenv(envSleep))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		fmt.Print("ok")
 	case "selfkill":
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Hour)

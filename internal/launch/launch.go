@@ -8,7 +8,7 @@
 // starts the launch barrier: the running executable (/proc/self/exe)
 // re-executed as [exe, BarrierArg, entrypoint, verb] in a new process group
 // (pgid = its pid), with the entrypoint's exact environment and working
-// directory, three pipes for stdio and the read end of a release pipe as
+// directory, three pipes for stdio and its end of a release socket as
 // descriptor 3. Run reads the barrier's exact identity (pid, start time from
 // /proc/<pid>/stat, boot id), rewrites the record in phase "group" with that
 // leader and group, and only then writes the release byte; the barrier then
@@ -54,7 +54,9 @@
 // unless the caller asks for it (Spec.Stderr, an operator's direct call):
 // then its first StderrLimit bytes are handed to the caller, and still never
 // stored. One byte over a limit, the timeout, or cancellation of ctx stops
-// the invocation at once.
+// the invocation at once. The timeout runs from the execve of the
+// entrypoint, which the host sees as the end of file of the release socket
+// (see supervise): the time fm takes to get there is not the package's.
 //
 // # Group cleanup [GRP-2]
 //
@@ -153,8 +155,14 @@ type Spec struct {
 	// StdoutLimit and StderrLimit bound the streams in bytes; one byte more is
 	// response-oversized or stderr-oversized, and stops the invocation at once.
 	StdoutLimit, StderrLimit int
-	// Timeout bounds the invocation from its release (timeout).
+	// Timeout bounds the invocation from the moment its entrypoint has been
+	// executed (timeout) [INV-5]; fm's own barrier gets as long again to
+	// get there after the release (else host-resource).
 	Timeout time.Duration
+	// Running, when set, is called once the entrypoint has been executed:
+	// the moment the invocation's bound starts. A host gives back its
+	// start-up slot there (Gate).
+	Running func()
 	// Stderr, when set, is called once the group is proved gone (whatever
 	// the outcome, except process-cleanup-failed) with the first
 	// StderrLimit bytes the invocation wrote to stderr and the count of all
@@ -483,7 +491,7 @@ func forkFault(err error, files []uintptr) error {
 type invocation struct {
 	g         group
 	w         *watcher // reads stdout and stderr, awaits the leader (w.leaderDone)
-	relW      *os.File // write end of the release pipe
+	rel       int      // the host's end of the release socket; -1 once released or closed
 	out, errs *stream
 	// stdin is the write end of stdin's pipe while stdinRest, the part of
 	// the request that did not fit in the pipe before the fork, is still
@@ -530,13 +538,18 @@ const selfExe = "/proc/self/exe"
 
 // start starts the barrier in a new process group.
 func start(s Spec) (*invocation, error) {
-	// stdin, stdout, stderr, release. The host's end of the release pipe is
-	// a File in the runtime's poller; stdin's is filled before the fork (see
-	// fillStdin); stdout's and stderr's are the watcher's. The barrier's ends
-	// are bare blocking descriptors, closed here once it has its copies: a
-	// File for them would cost a poller registration, a finalizer and the
-	// switch back to blocking mode that Fd makes, on each of four pipes of
-	// every launch.
+	// stdin, stdout, stderr, release. Stdin's host end is filled before the
+	// fork (see fillStdin); stdout's and stderr's are the watcher's. The
+	// release channel is a stream socket pair rather than a pipe: the host
+	// writes the release byte into its end, and the barrier's end, which
+	// only the barrier holds and which is closed on exec, reads end of file
+	// on the host's side at the moment the entrypoint has been executed (or
+	// the barrier exited): the watcher watches a copy of the host's end for
+	// that (watcher.execd), and the invocation's bound starts there [INV-5].
+	// The barrier's ends are bare blocking descriptors, closed here once it
+	// has its copies: a File for them would cost a poller registration, a
+	// finalizer and the switch back to blocking mode that Fd makes, on each
+	// of four channels of every launch.
 	host := [4]int{-1, -1, -1, -1}
 	child := [4]int{-1, -1, -1, -1}
 	closeAll := func(fds []int) {
@@ -548,7 +561,12 @@ func start(s Spec) (*invocation, error) {
 	}
 	for i := range host {
 		var p [2]int
-		err := unix.Pipe2(p[:], unix.O_CLOEXEC)
+		var err error
+		if i == 3 {
+			p, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		} else {
+			err = unix.Pipe2(p[:], unix.O_CLOEXEC)
+		}
 		if err == nil {
 			// The host's end: the read end of stdout and stderr, which
 			// the child writes.
@@ -562,11 +580,11 @@ func start(s Spec) (*invocation, error) {
 		if err != nil {
 			closeAll(host[:])
 			closeAll(child[:])
-			return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("pipe2", err), "create pipes for %s", s.what())
+			return nil, errcode.Wrap(errcode.Internal, os.NewSyscallError("pipe2", err), "create the pipes and release socket of %s", s.what())
 		}
 	}
 	inv := &invocation{out: newStream(s.StdoutLimit, true), errs: newStream(s.StderrLimit, s.Stderr != nil)}
-	w, err := newWatcher(host[1], host[2], inv.out, inv.errs, func() { step("reading") })
+	w, err := newWatcher(host[1], host[2], host[3], inv.out, inv.errs, func() { step("reading") })
 	if err != nil {
 		closeAll(host[:])
 		closeAll(child[:])
@@ -648,18 +666,26 @@ func start(s Spec) (*invocation, error) {
 	inv.g = group{pgid: pid, pidfd: pidfd}
 	inv.w = w
 	inv.stdin, inv.stdinRest = stdin, rest
-	inv.relW = os.NewFile(uintptr(host[3]), "|1")
+	inv.rel = host[3]
 	return inv, nil
 }
 
 // release writes the release byte; the barrier then becomes the entrypoint.
+// The host's end is closed at once: the watcher's copy of it stays, to see
+// the entrypoint executed.
 func (inv *invocation) release() error {
-	_, err := inv.relW.Write([]byte{barrier.ReleaseByte})
-	if cerr := inv.relW.Close(); err == nil {
+	var err error
+	for {
+		err = unix.Sendto(inv.rel, []byte{barrier.ReleaseByte}, unix.MSG_NOSIGNAL, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if cerr := unix.Close(inv.rel); err == nil {
 		err = cerr
 	}
-	inv.relW = nil
-	if errors.Is(err, syscall.EPIPE) {
+	inv.rel = -1
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		// The barrier is gone before its release, so no package code ran:
 		// the barrier is fm itself, and what ends it this early is the
 		// host (a Go runtime that could not get memory under RLIMIT_AS, or
@@ -680,10 +706,12 @@ func (inv *invocation) release() error {
 // the pidfd and the epoll instance stay open until it exits.
 func (inv *invocation) closePipes() {
 	inv.w.cut()
-	for _, f := range []*os.File{inv.stdin, inv.relW} {
-		if f != nil {
-			f.Close()
-		}
+	if inv.stdin != nil {
+		inv.stdin.Close()
+	}
+	if inv.rel >= 0 {
+		unix.Close(inv.rel)
+		inv.rel = -1
 	}
 	if inv.leaderExited() {
 		<-inv.w.ended
@@ -726,10 +754,19 @@ const (
 	stderrOver
 	timedOut
 	cancelled
+	notStarted // the barrier did not execute the entrypoint in time
 )
 
 // supervise feeds stdin, drains stdout and stderr, and waits for the first
 // of: leader exit, a stream bound crossed, the timeout, ctx cancelled.
+//
+// The timeout runs from the moment the entrypoint has been executed
+// (watcher.execd), not from the release: what comes before is fm's own
+// barrier finishing its start-up, reading the release byte and calling
+// execve, and on a busy host that can take seconds which are no part of the
+// package's time [INV-5]. fm allows its barrier as long again to get there
+// (the same duration, counted separately); past that the invocation ends as
+// host-resource, never as the package's timeout.
 func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
 	inv.stdinDone = make(chan struct{})
 	if inv.stdin == nil {
@@ -740,6 +777,22 @@ func (inv *invocation) supervise(ctx context.Context, s Spec) stopCause {
 			_, _ = inv.stdin.Write(inv.stdinRest) // a package may close stdin early
 			inv.stdin.Close()
 		}()
+	}
+	start := time.NewTimer(s.Timeout)
+	select {
+	case <-inv.w.execd:
+		start.Stop()
+	case <-inv.w.leaderDone:
+		start.Stop()
+		return leaderExited
+	case <-start.C:
+		return notStarted
+	case <-ctx.Done():
+		start.Stop()
+		return cancelled
+	}
+	if s.Running != nil {
+		s.Running()
 	}
 	timer := time.NewTimer(s.Timeout)
 	defer timer.Stop()
@@ -776,6 +829,8 @@ func (inv *invocation) finish(ctx context.Context, s Spec, cause stopCause) (*Re
 	case timedOut:
 		t := TimedOut{What: s.what(), After: s.Timeout, Stdout: inv.out.buf[:min(len(inv.out.buf), s.StdoutLimit)]}
 		return nil, &errcode.Error{Code: errcode.Timeout, Msg: t.Error(), Err: t}
+	case notStarted:
+		return nil, errcode.New(errcode.HostResource, "%s: the launch barrier did not execute the entrypoint within %d ms of its release: the host is overloaded (the package's own bound never started)", s.what(), s.Timeout.Milliseconds())
 	case cancelled:
 		return nil, s.interrupted(ctx)
 	}

@@ -13,9 +13,10 @@ import (
 
 // watcher is the one goroutine of an invocation that waits on the host's
 // descriptors of it: the read ends of stdout and stderr, which it reads into
-// their streams, and the leader's pidfd, which tells it that the leader
-// exited. The three share one epoll instance, and only that instance is in
-// the runtime's poller. So a waiting invocation costs one goroutine, not one
+// their streams, a copy of the host's end of the release socket, which reads
+// end of file once the barrier has executed the entrypoint (or exited), and
+// the leader's pidfd, which tells it that the leader exited. They share one
+// epoll instance, and only that instance is in the runtime's poller. So a waiting invocation costs one goroutine, not one
 // per descriptor: a serve with a thousand long polls in flight keeps two
 // goroutines for each (its pass, and this one) instead of four, and an
 // invocation that ends wakes one goroutine, not three.
@@ -24,7 +25,9 @@ import (
 // to its end, or once cut, and nothing else reads or closes them, so their
 // numbers cannot be reused under it. It stops looking at the pidfd when the
 // leader has exited, before leaderDone is closed, and the group closes the
-// pidfd only after that (see group.close). It returns, closing the epoll
+// pidfd only after that (see group.close). It owns its copy of the release
+// socket likewise, and closes it at its end of file or once the leader has
+// exited. It returns, closing the epoll
 // instance, once the leader has exited and both streams are closed; ended
 // says it has (closePipes waits for that, so Run returns holding none of the
 // invocation's descriptors).
@@ -35,43 +38,63 @@ type watcher struct {
 	streams    [2]*stream // what each is read into
 	pidfd      int
 	leaderDone chan struct{} // closed once the leader has exited (not reaped)
-	first      func()        // called once, when stdout's first bytes arrive
-	cutting    atomic.Bool
-	ended      chan struct{} // closed once run has closed the epoll instance
+	relfd      int           // the copy of the host's end of the release socket; -1 once closed
+	// execd is closed once the barrier's end of the release socket is
+	// closed: the entrypoint has been executed, or the barrier exited
+	// without (then leaderDone follows).
+	execd   chan struct{}
+	first   func() // called once, when stdout's first bytes arrive
+	cutting atomic.Bool
+	ended   chan struct{} // closed once run has closed the epoll instance
 }
 
 // Tags of the watched descriptors, in each epoll event's data.
 const (
-	tagStdout = 0
-	tagStderr = 1
-	tagLeader = 2
+	tagStdout  = 0
+	tagStderr  = 1
+	tagLeader  = 2
+	tagRelease = 3
 )
 
 // newWatcher makes the epoll instance for stdout and stderr (non-blocking
-// read ends, which it then owns) before the fork, so that a host short of
-// descriptors or of epoll watches fails before any process exists. watch
-// adds the leader and starts the goroutine.
-func newWatcher(stdout, stderr int, out, errs *stream, first func()) (*watcher, error) {
+// read ends, which it then owns) and a copy of rel, the host's end of the
+// release socket, before the fork, so that a host short of descriptors or of
+// epoll watches fails before any process exists. watch adds the leader and
+// starts the goroutine.
+func newWatcher(stdout, stderr, rel int, out, errs *stream, first func()) (*watcher, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	w := &watcher{epfd: epfd, fds: [2]int{stdout, stderr}, streams: [2]*stream{out, errs}, pidfd: -1, leaderDone: make(chan struct{}), first: first, ended: make(chan struct{})}
-	for tag, fd := range w.fds {
+	relfd, err := unix.FcntlInt(uintptr(rel), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	w := &watcher{epfd: epfd, fds: [2]int{stdout, stderr}, streams: [2]*stream{out, errs}, pidfd: -1, leaderDone: make(chan struct{}),
+		relfd: relfd, execd: make(chan struct{}), first: first, ended: make(chan struct{})}
+	fail := func(err error) (*watcher, error) {
+		unix.Close(relfd)
+		unix.Close(epfd)
+		return nil, err
+	}
+	for tag, fd := range []int{stdout, stderr, tagLeader: -1, tagRelease: relfd} {
+		if fd < 0 {
+			continue
+		}
 		if err := w.add(fd, tag); err != nil {
-			unix.Close(epfd)
-			return nil, err
+			return fail(err)
 		}
 	}
 	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return nil, os.NewSyscallError("fcntl", err)
+		return fail(os.NewSyscallError("fcntl", err))
 	}
 	w.ep = os.NewFile(uintptr(epfd), "epoll")
 	// os.NewFile keeps a descriptor the runtime's poller refused (out of
 	// epoll watches: fs.epoll.max_user_watches) as a plain file, which has
 	// no deadlines; the watcher needs both.
 	if err := w.ep.SetReadDeadline(time.Time{}); err != nil {
+		unix.Close(relfd)
 		w.ep.Close()
 		return nil, errcode.Wrap(errcode.HostResource, err, "the runtime's poller refused an epoll descriptor (fs.epoll.max_user_watches reached?)")
 	}
@@ -100,6 +123,7 @@ func (w *watcher) release() {
 	for i := range w.fds {
 		w.closeStream(i)
 	}
+	w.closeRelease()
 	w.ep.Close()
 }
 
@@ -129,7 +153,7 @@ func (w *watcher) run() {
 		w.fallBack()
 		return
 	}
-	var evs [3]unix.EpollEvent
+	var evs [4]unix.EpollEvent
 	for w.pidfd >= 0 || w.fds[0] >= 0 || w.fds[1] >= 0 {
 		n := 0
 		var werr error
@@ -153,9 +177,12 @@ func (w *watcher) run() {
 			return
 		}
 		for _, ev := range evs[:n] {
-			if tag := int(ev.Fd); tag == tagLeader {
+			switch tag := int(ev.Fd); tag {
+			case tagLeader:
 				w.checkLeader()
-			} else {
+			case tagRelease:
+				w.checkExecd()
+			default:
 				w.read(tag)
 			}
 		}
@@ -216,7 +243,43 @@ func (w *watcher) checkLeader() {
 	}
 	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, w.pidfd, nil)
 	w.pidfd = -1
+	// The barrier's end of the release socket is gone with it: nothing
+	// more to learn there (the end of file may still be unread).
+	w.closeRelease()
 	close(w.leaderDone)
+}
+
+// checkExecd reads the release socket: at its end of file (or a reset) the
+// barrier's end is closed, which happens at the execve of the entrypoint
+// (close-on-exec) or at the barrier's exit; execd is closed then. The
+// barrier never writes, so there is nothing else to read.
+func (w *watcher) checkExecd() {
+	if w.relfd < 0 {
+		return
+	}
+	var b [1]byte
+	for {
+		n, err := unix.Read(w.relfd, b[:])
+		switch {
+		case err == unix.EINTR || (err == nil && n > 0):
+			continue
+		case err == unix.EAGAIN:
+			return
+		}
+		break
+	}
+	close(w.execd)
+	w.closeRelease()
+}
+
+// closeRelease stops watching the release socket and closes the copy.
+func (w *watcher) closeRelease() {
+	if w.relfd < 0 {
+		return
+	}
+	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, w.relfd, nil)
+	unix.Close(w.relfd)
+	w.relfd = -1
 }
 
 // fallBack ends a watcher whose epoll instance failed (it cannot, short of
@@ -225,6 +288,7 @@ func (w *watcher) checkLeader() {
 func (w *watcher) fallBack() {
 	w.closeStream(tagStdout)
 	w.closeStream(tagStderr)
+	w.closeRelease()
 	if w.pidfd < 0 {
 		return
 	}

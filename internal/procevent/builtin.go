@@ -97,7 +97,15 @@ func (b builtinRun) run(ctx context.Context, h *home.Home) ([]byte, int, error) 
 		return nil, 0, err
 	}
 	owner := BuiltinOwner(b.adapter)
+	// A slot of ctx's launch gate (serve's, reconcile's) until the program
+	// has been executed, as for an extension's call (host.Invoke).
+	leave, err := launch.Enter(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer leave()
 	res, err := launch.Run(ctx, launch.Spec{
+		Running:        leave,
 		Path:           path,
 		Verb:           filepath.Base(path), // names it in messages only
 		Argv:           b.argv,

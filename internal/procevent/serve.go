@@ -44,6 +44,13 @@ import (
 // ServeOptions.ReapOrphans (the serve command) it reaps those every Rescan,
 // never touching the leader of a group a poll is still proving gone.
 //
+// Every launch serve makes passes one launch.Gate of launch.GateSize slots
+// (four per CPU it may use): a call holds a slot while it starts, so the herd of
+// a start, of a restart after a kill, or of a burst of registrations is
+// queued in serve, where no package's bound runs, and at most that many
+// calls compete for the CPUs at once [INV-5]. Reconcile's concurrent polls
+// pass one likewise.
+//
 // One serve per home: it holds the lock <state>/procevent/serve.lock
 // (fsutil.Lock, without waiting) for its life; the kernel drops it if serve
 // dies, and removing or replacing the file does not let a second serve in. On ctx cancellation (TERM/INT) every running poll's context is
@@ -143,6 +150,7 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 		return err
 	}
 	defer lock.Release()
+	ctx = launch.WithGate(ctx, launch.NewGate(launch.GateSize()))
 	// Files are reused for the life of the serve rather than created and
 	// unlinked per invocation and capture (fsutil: "Spare files").
 	defer launch.KeepSpares(h.Invocations())()
@@ -383,6 +391,7 @@ func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, erro
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
+	ctx = launch.WithGate(ctx, launch.NewGate(launch.GateSize()))
 	for _, id := range ids {
 		wg.Go(func() {
 			out, err := Start(ctx, h, id)

@@ -388,3 +388,42 @@ func TestServeSeesInboxReplacedAfterOverflow(t *testing.T) {
 	serve.Process.Signal(syscall.SIGTERM)
 	serve.Wait()
 }
+
+// [INV-5] [RUN-2]: serve starts at most its launch gate's number of calls
+// at once, however many sources start together: with GOMAXPROCS=1 (a gate
+// of four) and twelve sources, whose handshakes each take 0.3 s, no more
+// than four handshakes ever run at once, and every source is still polled.
+func TestServeBoundsStartUps(t *testing.T) {
+	f := newFixture(t)
+	f.bind()
+	const sources = 12
+	for i := range sources {
+		if _, err := procevent.RegisterExtension(context.Background(), f.h, "sig", fmt.Sprintf("s%02d", i), "ref"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mode("poll", "no-result")
+	f.mode("handshake", "timed")
+	cmd := f.fmCmd("procevent", "serve", "--min-gap", "200ms", "--rescan", "200ms")
+	cmd.Env = slices.Concat(cmd.Env, []string{"GOMAXPROCS=1"})
+	out := new(testpkg.SyncBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, 60*time.Second, "every source polled", func() bool {
+		polled := map[string]bool{}
+		for _, l := range f.log("poll") {
+			polled[strings.Fields(l)[1]] = true
+		}
+		return len(polled) == sources
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, cmd, 15*time.Second); code != 0 {
+		t.Fatalf("serve exited %d on TERM:\n%s", code, out)
+	}
+	if n := f.maxOverlap(); n > 4 {
+		t.Fatalf("[INV-5] %d handshakes ran at once under a gate of 4:\n%s", n, f.read(filepath.Join(f.extState, "times")))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -406,7 +407,7 @@ func (s *soaker) drain() {
 				}
 			}
 			sort.Strings(lost)
-			s.failf("[CAP-1] %d signals lost (not captured a minute after the last was written): %v", len(lost), lost)
+			s.failf("[CAP-1] %d signals lost (not captured a minute after the last was written): %v\nserve's last lines about their sources:\n%s", len(lost), lost, s.serveLines(lost))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -421,6 +422,38 @@ func (s *soaker) drain() {
 	if !strings.Contains(out, " failed=0 ") {
 		s.failf("[RUN-2] the final reconcile failed a source: %s", out)
 	}
+}
+
+// serveLines returns, for a failure's message, the last lines every serve
+// printed about the sources of the signals sigs, the owner records of
+// their invocations still there and their registry files.
+func (s *soaker) serveLines(sigs []string) string {
+	srcs := map[string]bool{}
+	for _, sig := range sigs {
+		srcs[s.written[sig]] = true
+	}
+	var lines []string
+	for _, out := range append(slices.Clone(s.logs), s.serve.out.String()) {
+		for _, l := range strings.Split(out, "\n") {
+			for src := range srcs {
+				if strings.Contains(l, src) {
+					lines = append(lines, l)
+					break
+				}
+			}
+		}
+	}
+	lines = lines[max(0, len(lines)-30):]
+	for _, r := range s.records() {
+		if srcs[r.SourceID] {
+			lines = append(lines, fmt.Sprintf("owner record: %s %s created at %d, host live %v", r.SourceID, r.Operation, r.CreatedAt, r.HostLive))
+		}
+	}
+	for src := range srcs {
+		ents, _ := filepath.Glob(filepath.Join(s.h.Registrations(), src+".*"))
+		lines = append(lines, fmt.Sprintf("registry files of %s: %v", src, ents))
+	}
+	return strings.Join(lines, "\n")
 }
 
 // verify checks every serve log line and the wake queue.

@@ -35,8 +35,10 @@ const ArgvArg = "__fm-launch-barrier-argv"
 // (path only names it) with argv.
 const FdArg = "__fm-launch-barrier-fd"
 
-// Descriptors of a barrier: the release pipe's read end, and for FdArg the
-// open entrypoint.
+// Descriptors of a barrier: its end of the release socket (a stream socket
+// pair, which the host reads end of file from once the barrier's end is
+// closed: at the execve, which closes it, or at the barrier's exit), and for
+// FdArg the open entrypoint.
 const (
 	ReleaseFd = 3
 	ExecFd    = 4
@@ -64,7 +66,7 @@ const EntrypointUmask = 0o077
 // runtime starts at start-up (the sweeper, the scavenger, the forced-GC
 // helper) finds the other P idle and wakes or starts a thread for it, and a
 // parked barrier is four or five threads; on one P they wait until the main
-// goroutine blocks reading the release pipe, and it is three or four. execve
+// goroutine blocks reading the release socket, and it is three or four. execve
 // ends only once every other thread of the process has run to its exit, and
 // on a loaded machine each waits its turn for a CPU. A barrier released at once
 // onto a static exit, under two busy loops on two cores: 22–23 → 10–18 ms;
@@ -98,15 +100,16 @@ func init() { Maybe() }
 //
 // The barrier is the process the host starts in a new process group: argv is
 // [exe, Arg, entrypoint, verb], its environment is Env of the entrypoint's,
-// its working directory already the entrypoint's, and descriptor 3 is the
-// read end of the release pipe. It blocks reading that descriptor. Only the
+// its working directory already the entrypoint's, and descriptor 3 is its
+// end of the release socket. It blocks reading that descriptor. Only the
 // exact release byte (which the host writes after the group's owner record
 // is published) makes it execve the entrypoint with argv [entrypoint, verb]
 // and its exact environment (the barrier's without RuntimeEnv); execve keeps
 // its pid, process group and start time, so the recorded leader identity is
 // the entrypoint's. End of file (the host died: nobody else holds
-// the write end) or any other byte makes it exit 125 without running package
-// code. There is no shell, no PATH search and no generated source. ArgvArg
+// the host's end) or any other byte makes it exit 125 without running package
+// code. Its end of the socket is closed by the execve (close on exec) and by
+// nothing before: that end of file tells the host the entrypoint runs. There is no shell, no PATH search and no generated source. ArgvArg
 // execve's path with exactly the argv that follows it.
 //
 // FdArg runs with the open, verified entrypoint as descriptor 4: the release
@@ -161,6 +164,12 @@ func run() int {
 			return ExecFailed
 		}
 		_ = syscall.Exec(path, argv, env)
+		return ExecFailed
+	}
+	// The host starts the package's bound when the barrier's end of the
+	// release socket closes, which must be the execve itself (close on
+	// exec): keep a copy out of scriptFd's way.
+	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, ReleaseFd, syscall.F_DUPFD_CLOEXEC, ExecFd+1); e != 0 {
 		return ExecFailed
 	}
 	script, err := isScript(ExecFd)

@@ -17,6 +17,8 @@
 #   slow (record start and end times in $state/times, sleep 2, result),
 #   file (the result object is the content of $state/poll-result, verbatim).
 # classify: the token in mode-classify (default fake-class).
+# handshake: timed (record start and end times in $state/times, as slow
+#   does, under the name hs<pid>, around a 0.3 s sleep); else answer at once.
 # terminal, silent: true or false (default false), crash, or slow-true (sleep
 #   4 s, then true).
 state=$FIRSTMATE_EXTENSION_STATE
@@ -25,6 +27,11 @@ field() { printf '%s' "$req" | sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p"; }
 rid=$(field request_id)
 
 if [ "$1" = handshake ]; then
+	if [ "$(cat "$state/mode-handshake" 2>/dev/null)" = timed ]; then
+		echo "start hs$$ $(date +%s.%N)" >>"$state/times"
+		sleep 0.3
+		echo "end hs$$ $(date +%s.%N)" >>"$state/times"
+	fi
 	names=$(printf '%s' "$req" | sed -n 's/.*"adapter_names":\(\[[^]]*\]\).*/\1/p')
 	printf '{"adapter_names":%s,"capability":"process-event-adapter","capability_version":1,"extension_id":"%s","extension_version":"%s","host_protocol":1,"request_id":"%s","schema":"firstmate.extension-handshake-response.v1"}' \
 		"$names" "$FIRSTMATE_EXTENSION_ID" "$FIRSTMATE_EXTENSION_VERSION" "$rid"
