@@ -162,8 +162,8 @@ type healthPass struct {
 	// collapsing: a supervised pass (serve, reconcile) collapses [OP-5].
 	collapsing bool
 	s          *Health
-	now     time.Time
-	entries []HealthEntry
+	now        time.Time
+	entries    []HealthEntry
 }
 
 // loadHealth pins the status directory (creating it) and reads id's file. A

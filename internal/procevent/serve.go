@@ -216,7 +216,7 @@ type supervisor struct {
 	// known are the registered sources of the last rescan, for the added
 	// and removed lines; nil before the first.
 	known map[string]bool
-	logMu   sync.Mutex
+	logMu sync.Mutex
 	// starved is set from the first host fault of an episode until a pass
 	// succeeds at least faultQuiet after the last host fault (lastFault).
 	starved   bool

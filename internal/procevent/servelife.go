@@ -3,8 +3,8 @@ package procevent
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
