@@ -29,9 +29,10 @@ import (
 // source; the file is replaced durably (fsutil.ReplaceAt), so a reader sees
 // the old or the new document.
 //
-// A detail is the one evidence carries (protocol.EvidenceFor): the host's
-// words, bounded and printable, never package text. Nothing here is ever
-// announced or captured.
+// A detail is the one evidence carries (protocol.EvidenceFor) or, where it
+// carries none, the host's own message (the one serve logs): the host's
+// words, bounded and printable, never the package's stdout or stderr.
+// Nothing here is ever announced or captured.
 //
 // A file that does not read back as exactly this document (strict JSON,
 // bounded, the right schema and source id) is never trusted: the runner
@@ -110,12 +111,15 @@ type Health struct {
 	History  []HealthEntry `json:"history"`
 }
 
-// Last is the latest history entry, or nil.
+// Last is the latest entry of a poll (not of a verdict failure or a
+// recovery, which follow their poll's entry), or nil.
 func (s *Health) Last() *HealthEntry {
-	if len(s.History) == 0 {
-		return nil
+	for i := len(s.History) - 1; i >= 0; i-- {
+		if o := s.History[i].Outcome; o != OutcomeCheck && o != OutcomeRecovered {
+			return &s.History[i]
+		}
 	}
-	return &s.History[len(s.History)-1]
+	return nil
 }
 
 func healthDir(h *home.Home) string { return filepath.Join(h.State, "procevent-status") }
@@ -125,13 +129,15 @@ func healthName(id string) string { return id + ".json" }
 // stamp is t as the history writes it.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// detailOf is the detail evidence would carry for err.
+// detailOf is the detail evidence would carry for err or, where evidence
+// carries none, the host's own message as serve logs it; either bounded to
+// protocol.MaxDetail printable bytes.
 func detailOf(err error) string {
 	var ev wire.Evidence
-	if json.Unmarshal(protocol.EvidenceFor(err, ""), &ev) != nil {
-		return ""
+	if json.Unmarshal(protocol.EvidenceFor(err, ""), &ev) == nil && ev.Detail != "" {
+		return ev.Detail
 	}
-	return ev.Detail
+	return protocol.Printable(err.Error(), protocol.MaxDetail)
 }
 
 // readHealth reads and checks a status file from the pinned directory dir;

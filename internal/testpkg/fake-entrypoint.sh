@@ -96,6 +96,13 @@ signal | signal:*)
 	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
 	*) ok '{"value":false}' ;;
 	esac ;;
+verdict-fail)
+	# like keep, but the terminal and silent verdicts fail (exit 7).
+	case $req in
+	*'"operation":"source.poll"'*) ok '{"output":"kept result","status":"result"}' ;;
+	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
+	*) exit 7 ;;
+	esac ;;
 no-result) ok '{"output":"","status":"no-result"}' ;;
 big-output) ok '{"output":"'"$(head -c 32769 /dev/zero | tr '\0' a)"'","status":"result"}' ;;
 bad-status) ok '{"output":"x","status":"maybe"}' ;;
