@@ -181,7 +181,7 @@ func proceventServe(e *Env, so *serveFlags, args []string) error {
 	}
 	o := so.o
 	o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
-	// [RUN-6] serve's own lines on stderr begin with the time.
+	// [STAT-5] serve's own lines on stderr begin with the time.
 	o.Warn = func(line string) { fmt.Fprintln(e.Stderr, stampNow()+" "+line) }
 	o.Notice = o.Warn
 	// This process starts children only through package launch.

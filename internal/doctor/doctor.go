@@ -329,7 +329,7 @@ func (d *checker) checkFailing() {
 			if hs.Detail != "" {
 				why += ": " + hs.Detail
 			}
-			d.fails("failing", errcode.Code(hs.Code), "run "+look+" for its history; fix the cause, then it recovers at its next poll",
+			d.fails("failing", hs.LastCode(), "run "+look+" for its history; fix the cause, then it recovers at its next poll",
 				"source %q has failed its last %d polls since %s (%s)", r.SourceID, hs.Failures, hs.FailedAt, why)
 		default:
 			continue

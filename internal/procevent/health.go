@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"firstmate.dev/fm/internal/errcode"
@@ -155,11 +156,40 @@ func readHealth(dir *os.File, id string) (*Health, error) {
 	if err := strictjson.Decode(data, maxHealth, what, &s); err != nil {
 		return nil, err
 	}
-	if s.Schema != HealthSchema || s.SourceID != id || s.Failures < 0 || len(s.History) > HistoryLen {
-		return nil, errcode.New(errcode.SchemaInvalid, "%s: schema must be %q for source %q with at most %d entries", what, HealthSchema, id, HistoryLen)
+	if s.Schema != HealthSchema || s.SourceID != id || s.Failures < 0 || len(s.History) > HistoryLen || !s.knownCodes() {
+		return nil, errcode.New(errcode.SchemaInvalid, "%s: schema must be %q for source %q with at most %d entries, each code one of fm's", what, HealthSchema, id, HistoryLen)
 	}
 	return &s, nil
 }
+
+// knownCodes reports whether every code of s is "" or one of errcode.All.
+func (s *Health) knownCodes() bool {
+	codes := []string{s.Code}
+	if s.Run != nil {
+		codes = append(codes, s.Run.Code)
+	}
+	for _, e := range s.History {
+		codes = append(codes, e.Code)
+	}
+	for _, c := range codes {
+		if c != "" && code(c) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// code is the errcode.All entry spelled c, or "".
+func code(c string) errcode.Code {
+	if i := slices.IndexFunc(errcode.All, func(k errcode.Code) bool { return string(k) == c }); i >= 0 {
+		return errcode.All[i]
+	}
+	return ""
+}
+
+// LastCode is the code of the last failure, as one of errcode.All ("" for
+// none).
+func (s *Health) LastCode() errcode.Code { return code(s.Code) }
 
 // healthPass is the state one runner pass records: loaded under the claim,
 // changed by the pass, saved before the claim is released.

@@ -76,7 +76,7 @@ type ServeOptions struct {
 	// of host faults (host-resource), once each however many polls fail
 	// in between; nil discards them.
 	Warn func(line string)
-	// Notice receives serve's own lifecycle lines [RUN-6]: started,
+	// Notice receives serve's own lifecycle lines [STAT-5]: started,
 	// source added, source removed, stopped; nil discards them.
 	Notice func(line string)
 }

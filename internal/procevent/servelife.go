@@ -11,7 +11,7 @@ import (
 	"firstmate.dev/fm/internal/fsutil"
 )
 
-// serve's lifecycle [RUN-6]: its pid beside its lock, and the lines that
+// serve's lifecycle [STAT-5]: its pid beside its lock, and the lines that
 // say it started, picked up a source, lost one, and stopped.
 
 // servePIDName is the file beside serve.lock that names the pid of the
