@@ -70,6 +70,7 @@ func sourceStatus(r *procevent.SourceReport, serving, history bool) fmjson.Sourc
 	if r.HealthErr != nil {
 		s.StatusError = r.HealthErr.Error()
 	}
+	s.DebugLog = r.Debug
 	if hs := r.Health; hs != nil {
 		if last := hs.Last(); last != nil {
 			s.LastPoll, s.LastOutcome = unixOf(last.Time), last.Outcome
@@ -108,6 +109,9 @@ func describeSource(w io.Writer, serving bool, s *fmjson.SourceStatus) error {
 	if s.Run.Evidence > 0 {
 		rows = append(rows, [2]string{"failing run", fmt.Sprintf("evidence %d (%s): %d failure(s) from %s to %s; fm procevent handled %s %d ends it", s.Run.Evidence, s.Run.Code, s.Run.Count, when(s.Run.Since), when(s.Run.Last), s.SourceID, s.Run.Evidence)})
 	}
+	if s.DebugLog != "" {
+		rows = append(rows, [2]string{"debug", "on: the package's stderr of failed polls is kept in " + s.DebugLog})
+	}
 	if s.StatusError != "" {
 		rows = append(rows, [2]string{"status file", "not trusted: " + s.StatusError})
 	}
@@ -123,6 +127,30 @@ func describeSource(w io.Writer, serving bool, s *fmjson.SourceStatus) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", when(en.Time), en.Outcome, seq, dash(en.Code), en.Detail)
 	}
 	return tw.Flush()
+}
+
+// proceventDebug is `fm procevent debug <source-id> on|off` [STAT-6].
+func proceventDebug(e *Env, args []string) error {
+	if err := need(args, 2, 2, "a source id and on or off"); err != nil {
+		return err
+	}
+	if args[1] != "on" && args[1] != "off" {
+		return errcode.New(errcode.Usage, "%q: say on or off", args[1])
+	}
+	h, err := e.Home()
+	if err != nil {
+		return err
+	}
+	log, err := procevent.SetDebug(h, args[0], args[1] == "on")
+	if err != nil {
+		return err
+	}
+	if args[1] == "on" {
+		fmt.Fprintf(e.Stdout, "debug: %s on (the package's stderr of failed polls goes to %s)\n", args[0], log)
+		return nil
+	}
+	fmt.Fprintf(e.Stdout, "debug: %s off\n", args[0])
+	return nil
 }
 
 // unixOf is an RFC 3339 time of a status file in unix seconds (0 for none).

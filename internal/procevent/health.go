@@ -200,6 +200,9 @@ type healthPass struct {
 	s          *Health
 	now        time.Time
 	entries    []HealthEntry
+	// stderr collects the package's stderr where the operator turned the
+	// debug log on [STAT-6].
+	stderr *stderrLog
 }
 
 // loadHealth pins the status directory (creating it) and reads id's file. A

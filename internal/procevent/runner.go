@@ -184,6 +184,11 @@ func (d *dirs) run(ctx context.Context, id string, sv supervision) (*Outcome, er
 	if sv.next != nil {
 		wait = sv.next(failed)
 	}
+	if failed && hp.stderr != nil && hp.dir != nil {
+		if err2 := hp.stderr.save(hp.dir, id); err == nil && err2 != nil {
+			err = err2
+		}
+	}
 	if err2 := hp.save(wait); err == nil && err2 != nil {
 		err = errcode.Wrap(errcode.Of(err2), err2, "the poll of %q is done (see its line) but its status file could not be written", id)
 	}
@@ -229,7 +234,12 @@ func (d *dirs) pass(ctx context.Context, r *Registration, hp *healthPass) (*Outc
 		return nil, err
 	}
 
-	p, err := d.poll(pctx, r, seq)
+	var stderr host.StderrFunc
+	if r.External() && debugging(hp.dir, id) {
+		hp.stderr = &stderrLog{}
+		stderr = hp.stderr.collect()
+	}
+	p, err := d.poll(pctx, r, seq, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -298,9 +308,10 @@ type polled struct {
 	owner   *binding.Binding
 }
 
-// poll runs one poll of r. A built-in failure, any interrupted poll and a
-// host fault (host-resource) are errors: nothing is captured for them.
-func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, error) {
+// poll runs one poll of r, handing an extension's stderr to stderr when it
+// is set. A built-in failure, any interrupted poll and a host fault
+// (host-resource) are errors: nothing is captured for them.
+func (d *dirs) poll(ctx context.Context, r *Registration, seq int64, stderr host.StderrFunc) (*polled, error) {
 	var (
 		out []byte
 		b   *binding.Binding
@@ -310,7 +321,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, e
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
 			in := wire.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
-			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), nil)
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), stderr)
 		}
 	} else {
 		out, err = pollBuiltin(ctx, d.h, r)

@@ -173,6 +173,9 @@ type SourceReport struct {
 	HealthErr error
 	// Run is the failing run [OP-5] while its evidence is unhandled.
 	Run *FailRun
+	// Debug is the path of the source's debug log where the operator
+	// turned it on [STAT-6], else "".
+	Debug string
 }
 
 // State is the source's state [STAT-2], given whether a serve runs.
@@ -245,6 +248,9 @@ func Statuses(h *home.Home) (serving bool, reports []*SourceReport, err error) {
 		}
 		if hdir != nil {
 			rep.Health, rep.HealthErr = readHealth(hdir, r.SourceID)
+			if debugging(hdir, r.SourceID) {
+				rep.Debug = filepath.Join(hdir.Name(), r.SourceID+stderrSuffix)
+			}
 		}
 		if rep.Health != nil && rep.Health.Run != nil && d.inbox != nil && d.unhandled(r.SourceID, rep.Health.Run.Evidence) {
 			rep.Run = rep.Health.Run

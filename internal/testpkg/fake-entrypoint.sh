@@ -96,6 +96,11 @@ signal | signal:*)
 	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
 	*) ok '{"value":false}' ;;
 	esac ;;
+stderr-fail)
+	# a line on stderr with an escape sequence and a byte that is not UTF-8,
+	# then exit 7.
+	printf 'boom \033[31mred\377 at line 3\n' >&2
+	exit 7 ;;
 verdict-fail)
 	# like keep, but the terminal and silent verdicts fail (exit 7).
 	case $req in

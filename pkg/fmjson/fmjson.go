@@ -138,6 +138,9 @@ type SourceStatus struct {
 	// StatusError says why fm's status file of the source was not
 	// trusted ("" when it was, or there is none).
 	StatusError string `json:"status_error"`
+	// DebugLog is where the package's stderr of failed polls is kept,
+	// when the operator turned that on for the source ("" when off).
+	DebugLog string `json:"debug_log"`
 	// History is the recent history, oldest first, for one source; [] in
 	// the list of all.
 	History []HistoryEntry `json:"history"`
