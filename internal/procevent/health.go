@@ -203,6 +203,32 @@ type healthPass struct {
 	// stderr collects the package's stderr where the operator turned the
 	// debug log on [STAT-6].
 	stderr *stderrLog
+	// skip: a steady idle pass records nothing; replace: it takes the
+	// place of the idle entry before it (see idleRecord).
+	skip, replace bool
+}
+
+// idleRecord is how often a source that keeps answering no-result has its
+// status file written: a no-result pass right after a no-result pass
+// recorded less than idleRecord ago writes nothing, and one after that
+// replaces the earlier no-result entry rather than adding one. So an idle
+// source costs no write per poll, and its history keeps the failures and
+// results of hours ago rather than fifty seconds of no-result.
+const idleRecord = time.Minute
+
+// idle decides skip and replace for a no-result pass.
+func (p *healthPass) idle() {
+	s := p.s
+	if len(s.History) == 0 || s.Failures != 0 || s.Run != nil {
+		return
+	}
+	last := s.History[len(s.History)-1]
+	if last.Outcome != OutcomeNoResult {
+		return
+	}
+	t, err := time.Parse(time.RFC3339, last.Time)
+	p.skip = err == nil && p.now.Sub(t) < idleRecord
+	p.replace = !p.skip
 }
 
 // loadHealth pins the status directory (creating it) and reads id's file. A
@@ -307,7 +333,13 @@ func (p *healthPass) save(next time.Duration) error {
 		return nil
 	}
 	defer p.dir.Close()
+	if p.skip {
+		return nil
+	}
 	s := p.s
+	if p.replace {
+		s.History = s.History[:len(s.History)-1]
+	}
 	s.History = append(s.History, p.entries...)
 	if n := len(s.History) - HistoryLen; n > 0 {
 		s.History = append([]HealthEntry{}, s.History[n:]...)
@@ -349,6 +381,7 @@ func (p *healthPass) record(ctx context.Context, d *dirs, r *Registration, out *
 		if out.Status == Captured {
 			p.note(OutcomeResult, out.Sequence, "", "")
 		} else {
+			p.idle()
 			p.note(OutcomeNoResult, 0, "", "")
 		}
 		p.succeeded()
