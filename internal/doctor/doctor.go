@@ -315,7 +315,8 @@ func (d *checker) checkSources(bs []*binding.Binding, registryOK bool) {
 func (d *checker) checkFailing() {
 	_, reps, err := procevent.Statuses(d.h)
 	if err != nil {
-		return // checkSources reported what could not be read
+		d.fail("failing", err, "")
+		return
 	}
 	bad := 0
 	for _, r := range reps {
