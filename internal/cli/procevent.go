@@ -175,11 +175,20 @@ func proceventStart(e *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	stop := e.elapsed("polling " + args[0])
 	out, err := procevent.Start(e.Ctx, h, args[0])
+	stop()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(e.Stdout, out.Line())
+	// [RUN-1] stdout stays the outcome; why a poll failed goes to stderr.
+	if out.Evidence {
+		fmt.Fprintf(e.Stderr, "failed: %s (%s): %s\n", out.SourceID, errcode.Of(out.Failure), oneLine(out.Failure.Error()))
+	}
+	for _, l := range out.CheckLines() {
+		fmt.Fprintln(e.Stderr, l)
+	}
 	return nil
 }
 
@@ -191,7 +200,9 @@ func proceventServe(e *Env, so *serveFlags, args []string) error {
 	}
 	o := so.o
 	o.Log = func(line string) { fmt.Fprintln(e.Stdout, line) }
-	o.Warn = func(line string) { fmt.Fprintln(e.Stderr, line) }
+	// [STAT-5] serve's own lines on stderr begin with the time.
+	o.Warn = func(line string) { fmt.Fprintln(e.Stderr, stampNow()+" "+line) }
+	o.Notice = o.Warn
 	// This process starts children only through package launch.
 	o.ReapOrphans = true
 	// A supervisor lives for months holding a thousand idle polls:
@@ -211,15 +222,22 @@ func proceventReconcile(e *Env, ro *reconcileFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A poll whose failure was captured as evidence, or counted in its
+	// run [OP-5], failed as much as one that captured nothing.
+	polled := 0
 	for _, out := range rep.Outcomes {
 		fmt.Fprintln(e.Stdout, out.Line())
+		if out.Evidence || out.Status == procevent.Collapsed {
+			fmt.Fprintf(e.Stdout, "failed: %s (%s): %s\n", out.SourceID, errcode.Of(out.Failure), oneLine(out.Failure.Error()))
+			polled++
+		}
 	}
 	failed := slices.Sorted(maps.Keys(rep.Failures))
 	for _, id := range failed {
 		err := rep.Failures[id]
 		fmt.Fprintf(e.Stdout, "failed: %s (%s): %s\n", id, errcode.Of(err), oneLine(err.Error()))
 	}
-	fmt.Fprintf(e.Stdout, "reconciled: sources=%d failed=%d cleaned-invocations=%d reannounced=%d\n", len(rep.Outcomes)+len(failed), len(failed), rep.Cleaned, rep.Reannounced)
+	fmt.Fprintf(e.Stdout, "reconciled: sources=%d failed=%d cleaned-invocations=%d reannounced=%d\n", len(rep.Outcomes)+len(failed), len(failed)+polled, rep.Cleaned, rep.Reannounced)
 	return nil
 }
 

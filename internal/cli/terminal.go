@@ -103,3 +103,38 @@ func ofSize(done, total int64) string {
 	}
 	return fmt.Sprintf("%s/%s %s", thousands(done>>shift), thousands(total>>shift), unit)
 }
+
+// stampNow is the time a daemon line begins with: RFC 3339, UTC.
+func stampNow() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// elapsedAfter is how long a command runs before elapsed shows its clock.
+const elapsedAfter = 2 * time.Second
+
+// elapsed shows "<what>: <n>s" on stderr, redrawn every second, while a
+// long command runs, when stderr is a terminal; it returns the function
+// that stops and erases it. Otherwise it shows nothing.
+func (e *Env) elapsed(what string) (stop func()) {
+	if !e.ttyErr {
+		return func() {}
+	}
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		l := &progressLine{w: e.Stderr}
+		defer l.erase()
+		began := time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if d := time.Since(began); d >= elapsedAfter {
+					l.draw(fmt.Sprintf("%s: %ds", what, int(d.Seconds())))
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}

@@ -105,6 +105,7 @@ func Check(h *home.Home) []Finding {
 	d.checkTemps()
 	d.checkUpgrades()
 	d.checkSources(bs, err == nil)
+	d.checkFailing()
 	d.checkWakes()
 	d.checkRoutes()
 	return d.findings
@@ -326,6 +327,40 @@ func (d *checker) checkSources(bs []*binding.Binding, registryOK bool) {
 		return
 	}
 	d.ok("results", "%d captured, none unhandled", st.Results)
+}
+
+// checkFailing fails a home with a source that fails persistently
+// (procevent.PersistentFailures consecutive failed polls) or whose status
+// file fm cannot trust [STAT-4], each by name, with why and the command
+// that shows it.
+func (d *checker) checkFailing() {
+	_, reps, err := procevent.Statuses(d.h)
+	if err != nil {
+		d.fail("failing", err, "")
+		return
+	}
+	bad := 0
+	for _, r := range reps {
+		look := "fm procevent status " + r.SourceID
+		switch {
+		case r.HealthErr != nil:
+			d.fail("failing", r.HealthErr, fmt.Sprintf("remove that file (fm writes a new one at the next poll), then %s", look))
+		case r.Persistent():
+			hs := r.Health
+			why := hs.Code
+			if hs.Detail != "" {
+				why += ": " + hs.Detail
+			}
+			d.fails("failing", hs.LastCode(), "run "+look+" for its history; fix the cause, then it recovers at its next poll",
+				"source %q has failed its last %d polls since %s (%s)", r.SourceID, hs.Failures, hs.FailedAt, why)
+		default:
+			continue
+		}
+		bad++
+	}
+	if bad == 0 {
+		d.ok("failing", "no source fails persistently (%d or more failed polls in a row)", procevent.PersistentFailures)
+	}
 }
 
 // checkWakes reads the whole queue in bounded memory: a queue or

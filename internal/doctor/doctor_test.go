@@ -116,14 +116,14 @@ func TestFreshHome(t *testing.T) {
 		}
 		checks = append(checks, x.Check)
 	}
-	if s := strings.Join(checks, " "); s != "home state registry invocations sources serve results wakes routes" {
+	if s := strings.Join(checks, " "); s != "home state registry invocations sources serve results failing wakes routes" {
 		t.Fatalf("checks %q", s)
 	}
 	if p, w := doctor.Count(got); p != 0 || w != 0 {
 		t.Fatalf("count %d problems %d warnings", p, w)
 	}
 	want(t, got[1], doctor.OK, "", f.h.State+" does not exist yet", "")
-	want(t, got[8], doctor.OK, "", "no secondmate routes", "")
+	want(t, got[9], doctor.OK, "", "no secondmate routes", "")
 	names, err := os.ReadDir(f.h.Dir)
 	if err != nil || len(names) != 0 {
 		t.Fatalf("the check created %v (%v)", names, err)

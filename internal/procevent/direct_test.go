@@ -105,7 +105,7 @@ func TestReconcileReannounces(t *testing.T) {
 	}
 }
 
-// [HOME-4] [CAP-8] [CLI-4] [WAKE-2]: the read-only verbs create nothing in a
+// [HOME-4] [CAP-8] [CLI-4] [WAKE-2] [STAT-2]: the read-only verbs create nothing in a
 // fresh home, say so when they list nothing ("no wakes" too, like every
 // other listing), and speak JSON on request.
 func TestReadOnlyVerbsCreateNothing(t *testing.T) {
@@ -116,6 +116,8 @@ func TestReadOnlyVerbsCreateNothing(t *testing.T) {
 		"procevent inbox":                "no captured results\n",
 		"procevent list --json":          "{\n  \"sources\": []\n}\n",
 		"procevent inbox --json":         "{\n  \"results\": []\n}\n",
+		"procevent status":               "no process-event sources\n",
+		"procevent status --json":        "{\n  \"serving\": false,\n  \"sources\": []\n}\n",
 		"wake list":                      "no wakes\n",
 		"wake list --json":               "{\n  \"wakes\": []\n}\n",
 		"procevent reconcile":            "reconciled: sources=0 failed=0 cleaned-invocations=0 reannounced=0\n",

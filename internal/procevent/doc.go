@@ -12,6 +12,11 @@
 //	procevent/<source-id>.stop        stop-request lock of a waiting retire
 //	procevent/<source-id>.seq         durable sequence counter of the source
 //	procevent/serve.lock              one-serve-per-home lock
+//	procevent/serve.pid               that serve's pid, shown only (servelife.go)
+//	procevent-status/<id>.json        fm's state and history of the source
+//	                                  (health.go, [STAT-1]); .debug, .stderr,
+//	                                  .stderr.1: the operator's opt-in debug
+//	                                  log (debug.go, [STAT-6])
 //	procevent-inbox/<id>.<seq>.meta.json, .pending, .result, .handled
 //	                                  see inbox.go and announce.go
 //	extension-invocations/            owner records of every supervised process,
@@ -40,6 +45,9 @@
 //   - A captured result is only ever interpreted by its captured owner, and
 //     the state-changing verdicts only by the runner that captured it, through
 //     an in-process capability (verdict.go, [CAP-4], [CAP-7]).
+//   - A source failing again and again is one item: a repeated failure with
+//     the same code is counted in its status file while its evidence is
+//     unhandled, never captured again (health.go, [OP-5]).
 //   - Retirement acts on exact identities: the owner token of a generation,
 //     the complete built-in record, or absence (retire.go, [REG-4]).
 //

@@ -1,6 +1,7 @@
 package procevent_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,8 @@ func TestServeLockHoldsWhenFileSpoiled(t *testing.T) {
 			waitFor(t, 20*time.Second, "the first serve to capture", func() bool { return len(f.inbox()) > 0 })
 			f.spoil(lock, s.replace)
 			second, errs := f.serve()
-			if code := waitExit(t, second, 10*time.Second); code != 1 || !strings.HasPrefix(errs.String(), "error[source-active]: another fm procevent serve is running") {
+			// [STAT-5] the refusal names the running serve's pid.
+			if code := waitExit(t, second, 10*time.Second); code != 1 || !strings.HasPrefix(errs.String(), fmt.Sprintf("error[source-active]: another fm procevent serve (pid %d) is running", first.Process.Pid)) {
 				t.Fatalf("second serve: exit %d %q", code, errs)
 			}
 			if st, err := procevent.ReadStatus(f.h); err != nil || !st.Serving {

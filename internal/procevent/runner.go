@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"firstmate.dev/fm/internal/binding"
 	"firstmate.dev/fm/internal/errcode"
@@ -24,6 +25,9 @@ const (
 	Captured     Status = "captured"
 	NoResult     Status = "no-result"
 	AlreadyOwned Status = "already owned"
+	// Collapsed is a failure counted in the failing run whose evidence is
+	// still unhandled, not captured [OP-5].
+	Collapsed Status = "collapsed"
 )
 
 // Outcome is the result of one runner pass over one source.
@@ -36,6 +40,16 @@ type Outcome struct {
 	Failure  error // with Evidence: the poll's failure, in the host's words
 	Silent   bool  // the silent verdict marked it handled; it was not announced
 	Retired  bool  // the terminal verdict retired the polled generation
+	// Count is, for Collapsed, the failures of the run so far [OP-5].
+	Count int64
+	// Checks are the verdicts that failed and took the false path [OP-4].
+	Checks []CheckFailure
+}
+
+// CheckFailure is a result.terminal or result.silent verdict that failed.
+type CheckFailure struct {
+	Operation string
+	Err       error
 }
 
 // Start is the generic runner ([RUN-1]): one attached poll of source id, then
@@ -73,6 +87,20 @@ type Outcome struct {
 // A poll cancelled by ctx or stopped by a retire captures nothing; the next
 // poll reuses its request id.
 func Start(ctx context.Context, h *home.Home, id string) (*Outcome, error) {
+	return start(ctx, h, id, supervision{})
+}
+
+// supervision is how serve and reconcile run a pass, unlike an operator's
+// start: collapse makes a repeated failure count in its run instead of being
+// captured [OP-5], and next, when set, is asked the delay until the next
+// poll once the pass knows whether it failed (the status file records it).
+type supervision struct {
+	collapse bool
+	next     func(failed bool) time.Duration
+}
+
+// start is Start under supervision sv.
+func start(ctx context.Context, h *home.Home, id string, sv supervision) (*Outcome, error) {
 	if err := protocol.CheckSourceID(id); err != nil {
 		return nil, err
 	}
@@ -84,7 +112,7 @@ func Start(ctx context.Context, h *home.Home, id string) (*Outcome, error) {
 		return nil, err
 	}
 	defer d.close()
-	return d.run(ctx, id)
+	return d.run(ctx, id, sv)
 }
 
 // missing is the error for a source that is not registered.
@@ -130,7 +158,7 @@ func (d *dirs) claimSource(id string) (*claim, *Registration, error) {
 	return c, r, nil
 }
 
-func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
+func (d *dirs) run(ctx context.Context, id string, sv supervision) (*Outcome, error) {
 	c, r, err := d.claimSource(id)
 	if err != nil {
 		return nil, err
@@ -139,6 +167,38 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		return &Outcome{SourceID: id, Status: AlreadyOwned}, nil
 	}
 	defer c.release()
+	hp := d.loadHealth(id)
+	hp.collapsing = sv.collapse
+	out, err := d.pass(ctx, r, hp)
+	if ctx.Err() != nil || errors.Is(err, errStopped) {
+		// Interrupted or stopped: nothing happened to record.
+		hp.discard()
+		return out, err
+	}
+	hp.now = time.Now()
+	if err2 := hp.record(ctx, d, r, out, err); err == nil {
+		err = err2
+	}
+	failed := err != nil || out.Evidence || out.Status == Collapsed
+	var wait time.Duration
+	if sv.next != nil {
+		wait = sv.next(failed)
+	}
+	if failed && hp.stderr != nil && hp.dir != nil {
+		if err2 := hp.stderr.save(hp.dir, id); err == nil && err2 != nil {
+			err = err2
+		}
+	}
+	if err2 := hp.save(wait); err == nil && err2 != nil {
+		err = errcode.Wrap(errcode.Of(err2), err2, "the poll of %q is done (see its line) but its status file could not be written", id)
+	}
+	return out, err
+}
+
+// pass is one runner pass over r under its claim: steps 2 to 7 of Start,
+// with the collapse of [OP-5] before an evidence capture.
+func (d *dirs) pass(ctx context.Context, r *Registration, hp *healthPass) (*Outcome, error) {
+	id := r.SourceID
 	// Watch for a retire's stop request from the moment of the claim: a
 	// retire may be waiting for exactly this claim.
 	pctx, endWatch, err := d.watchStop(ctx, id)
@@ -174,7 +234,12 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		return nil, err
 	}
 
-	p, err := d.poll(pctx, r, seq)
+	var stderr host.StderrFunc
+	if r.External() && debugging(hp.dir, id) {
+		hp.stderr = &stderrLog{}
+		stderr = hp.stderr.collect()
+	}
+	p, err := d.poll(pctx, r, seq, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +248,12 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 		return out, nil
 	}
 	evidence := p.failure != nil
+	if evidence {
+		if ev, ok := hp.collapse(d, r, p.failure); ok {
+			out.Status, out.Sequence, out.Failure, out.Count = Collapsed, ev, p.failure, hp.s.Run.Count
+			return out, nil
+		}
+	}
 	m, path, err := d.capture(r, seq, p.content, evidence)
 	if err != nil {
 		return nil, err
@@ -191,7 +262,7 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	var v *verdicts
 	if !evidence {
 		v = &verdicts{h: d.h, meta: m, owner: p.owner, content: p.content}
-		if v.is(pctx, host.Silent) {
+		if out.verdict(pctx, v, host.Silent) {
 			if _, err := d.markHandled(id, seq, HandledBySilent); err != nil {
 				return out, err
 			}
@@ -209,13 +280,23 @@ func (d *dirs) run(ctx context.Context, id string) (*Outcome, error) {
 	if err := fsutil.RemoveKeepingAt(d.inbox, name(id, seq, pendingSuffix)); err != nil {
 		return out, err
 	}
-	if v != nil && v.is(pctx, host.Terminal) {
+	if v != nil && out.verdict(pctx, v, host.Terminal) {
 		if err := d.retireGeneration(r); err != nil {
 			return out, err
 		}
 		out.Retired = true
 	}
 	return out, nil
+}
+
+// verdict asks v's owner op; a failure is the false path [OP-4], and it is
+// kept in o.Checks for the history and the runner's lines [STAT-3].
+func (o *Outcome) verdict(ctx context.Context, v *verdicts, op host.Op[wire.ResultInput, wire.BoolResult]) bool {
+	yes, err := v.is(ctx, op)
+	if err != nil {
+		o.Checks = append(o.Checks, CheckFailure{Operation: op.Name(), Err: err})
+	}
+	return yes
 }
 
 // polled is what one poll gave: the bytes to capture (nil for no result),
@@ -227,9 +308,10 @@ type polled struct {
 	owner   *binding.Binding
 }
 
-// poll runs one poll of r. A built-in failure, any interrupted poll and a
-// host fault (host-resource) are errors: nothing is captured for them.
-func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, error) {
+// poll runs one poll of r, handing an extension's stderr to stderr when it
+// is set. A built-in failure, any interrupted poll and a host fault
+// (host-resource) are errors: nothing is captured for them.
+func (d *dirs) poll(ctx context.Context, r *Registration, seq int64, stderr host.StderrFunc) (*polled, error) {
 	var (
 		out []byte
 		b   *binding.Binding
@@ -239,7 +321,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64) (*polled, e
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
 			in := wire.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
-			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), nil)
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), stderr)
 		}
 	} else {
 		out, err = pollBuiltin(ctx, d.h, r)

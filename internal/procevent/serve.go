@@ -83,6 +83,9 @@ type ServeOptions struct {
 	// of host faults (host-resource), once each however many polls fail
 	// in between; nil discards them.
 	Warn func(line string)
+	// Notice receives serve's own lifecycle lines [STAT-5]: started,
+	// source added, source removed, stopped; nil discards them.
+	Notice func(line string)
 }
 
 // DefaultServeOptions are the defaults of serve and reconcile.
@@ -103,6 +106,9 @@ func (o *ServeOptions) check() error {
 	}
 	if o.Warn == nil {
 		o.Warn = func(string) {}
+	}
+	if o.Notice == nil {
+		o.Notice = func(string) {}
 	}
 	return nil
 }
@@ -128,8 +134,21 @@ func (o *Outcome) Line() string {
 		return s
 	case NoResult:
 		return "no-result: " + o.SourceID
+	case Collapsed:
+		return fmt.Sprintf("collapsed: %s (%s): failure %d of the run of evidence %d; not captured", o.SourceID, errcode.Of(o.Failure), o.Count, o.Sequence)
 	}
 	return "already owned: " + o.SourceID
+}
+
+// CheckLines are the lines of the verdicts that failed [STAT-3]:
+// `check-failed: <source-id> <seq> <operation> (<code>)`, each of which took
+// the false path [OP-4].
+func (o *Outcome) CheckLines() []string {
+	var ls []string
+	for _, c := range o.Checks {
+		ls = append(ls, fmt.Sprintf("check-failed: %s %d %s (%s)", o.SourceID, o.Sequence, c.Operation, errcode.Of(c.Err)))
+	}
+	return ls
 }
 
 // Serve runs the supervisor until ctx is done.
@@ -144,13 +163,14 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 	defer d.close()
 	lock, err := fsutil.Lock(ctx, d.reg, "serve.lock", fsutil.LockOptions{Try: true})
 	if errors.Is(err, fsutil.ErrLocked) {
-		return errcode.New(errcode.SourceActive, "another fm procevent serve is running for home %q", h.Dir)
+		return errcode.New(errcode.SourceActive, "another fm procevent serve%s is running for home %q; stop it first (one serve per home)", servePID(d.reg), h.Dir)
 	}
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
 	ctx = launch.WithGate(ctx, launch.NewGate(launch.GateSize()))
+	defer recordPID(d.reg)()
 	// Files are reused for the life of the serve rather than created and
 	// unlinked per invocation and capture (fsutil: "Spare files").
 	defer launch.KeepSpares(h.Invocations())()
@@ -162,6 +182,8 @@ func Serve(ctx context.Context, h *home.Home, o ServeOptions) error {
 	defer tuneGCWhileServing()()
 	s := &supervisor{h: h, o: o, running: map[string]bool{}}
 	s.maintain(ctx, d)
+	s.started(d)
+	defer s.o.Notice(fmt.Sprintf("serve: stopped pid=%d", os.Getpid()))
 	// A registration or retirement is picked up when the registry watch
 	// reports it (watch.go); the Rescan ticker is the safety net.
 	var changed <-chan struct{}
@@ -199,7 +221,10 @@ type supervisor struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	running map[string]bool
-	logMu   sync.Mutex
+	// known are the registered sources of the last rescan, for the added
+	// and removed lines; nil before the first.
+	known map[string]bool
+	logMu sync.Mutex
 	// starved is set from the first host fault of an episode until a pass
 	// succeeds at least faultQuiet after the last host fault (lastFault).
 	starved   bool
@@ -285,6 +310,7 @@ func (s *supervisor) rescan(ctx context.Context, d *dirs) {
 		s.failed("rescan", err)
 		return
 	}
+	s.noteChanges(ids)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
@@ -301,15 +327,28 @@ func (s *supervisor) rescan(ctx context.Context, d *dirs) {
 	}
 }
 
-// source polls one source until it is retired or ctx is done.
+// source polls one source until it is retired or ctx is done. The delay
+// after a pass is MinGap; after a failure (an error, captured evidence, or
+// a failure collapsed into its run [OP-5]) it backs off from 2*MinGap,
+// doubling up to MaxBackoff; a success resets it. The runner records the
+// time of the next poll in the source's status file [STAT-1].
 func (s *supervisor) source(ctx context.Context, id string) {
 	var backoff time.Duration
+	delay := func(failed bool) time.Duration {
+		if failed {
+			backoff = min(max(2*s.o.MinGap, 2*backoff), s.o.MaxBackoff)
+		} else {
+			backoff = 0
+		}
+		return max(s.o.MinGap, backoff)
+	}
 	for {
-		out, err := Start(ctx, s.h, id)
+		wait := time.Duration(-1)
+		out, err := start(ctx, s.h, id, supervision{collapse: true, next: func(failed bool) time.Duration { wait = delay(failed); return wait }})
 		if ctx.Err() != nil {
 			return
 		}
-		failed := err != nil || out.Evidence
+		failed := err != nil || out.Evidence || out.Status == Collapsed
 		switch {
 		case errcode.Is(err, errcode.SourceMissing):
 			return
@@ -322,16 +361,19 @@ func (s *supervisor) source(ctx context.Context, id string) {
 			// The failure was captured as evidence: say where, then why
 			// in the host's words (the evidence's code and detail).
 			s.log("%s\nfailed: %s (%s): %v", out.Line(), id, errcode.Of(out.Failure), out.Failure)
-		case out.Status == Captured:
+		case out.Status == Captured, out.Status == Collapsed:
 			s.log("%s", out.Line())
+		}
+		if out != nil {
+			for _, c := range out.CheckLines() {
+				s.log("%s", c)
+			}
 		}
 		if err == nil {
 			s.recovered()
 		}
-		if failed {
-			backoff = min(max(2*s.o.MinGap, 2*backoff), s.o.MaxBackoff)
-		} else {
-			backoff = 0
+		if wait < 0 { // the pass ended before its claim: not recorded
+			wait = delay(failed)
 		}
 		if out != nil && out.Retired {
 			return
@@ -339,7 +381,7 @@ func (s *supervisor) source(ctx context.Context, id string) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(max(s.o.MinGap, backoff)):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -394,7 +436,7 @@ func Reconcile(ctx context.Context, h *home.Home, o ServeOptions) (*Report, erro
 	ctx = launch.WithGate(ctx, launch.NewGate(launch.GateSize()))
 	for _, id := range ids {
 		wg.Go(func() {
-			out, err := Start(ctx, h, id)
+			out, err := start(ctx, h, id, supervision{collapse: true})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

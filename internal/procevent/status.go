@@ -153,3 +153,109 @@ func Sequences(h *home.Home) ([]error, error) {
 	}
 	return problems, nil
 }
+
+// The states of a source [STAT-2].
+const (
+	StatePolling = "polling" // a runner holds its claim now
+	StateFailing = "failing" // its last recorded pass failed
+	StateStopped = "stopped" // no serve runs for the home: nothing polls it unless start or reconcile runs
+	StateIdle    = "idle"    // a serve supervises it and it waits for its next poll
+)
+
+// SourceReport is one registered source as fm procevent status shows it.
+type SourceReport struct {
+	*Registration
+	Polling   bool
+	Unhandled int64
+	// Health is the source's status file (nil: never polled); HealthErr
+	// says why it could not be trusted.
+	Health    *Health
+	HealthErr error
+	// Run is the failing run [OP-5] while its evidence is unhandled.
+	Run *FailRun
+	// Debug is the path of the source's debug log where the operator
+	// turned it on [STAT-6], else "".
+	Debug string
+}
+
+// State is the source's state [STAT-2], given whether a serve runs.
+func (r *SourceReport) State(serving bool) string {
+	switch {
+	case r.Polling:
+		return StatePolling
+	case r.Health != nil && r.Health.Failures > 0:
+		return StateFailing
+	case !serving:
+		return StateStopped
+	}
+	return StateIdle
+}
+
+// Persistent reports whether the source fails persistently: at least
+// PersistentFailures consecutive failed passes [STAT-4].
+func (r *SourceReport) Persistent() bool {
+	return r.Health != nil && r.Health.Failures >= PersistentFailures
+}
+
+// Statuses reads every registered source's report, in source-id order, and
+// whether a serve runs. It creates nothing and writes nothing.
+func Statuses(h *home.Home) (serving bool, reports []*SourceReport, err error) {
+	d, err := openDirs(h, false, false)
+	if err == errAbsent {
+		return false, nil, nil
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	defer d.close()
+	if d.reg == nil {
+		return false, nil, nil
+	}
+	if serving, err = held(d.reg, "serve.lock"); err != nil {
+		return false, nil, err
+	}
+	regs, err := d.sources()
+	if err != nil {
+		return false, nil, err
+	}
+	unhandled := map[string]int64{}
+	switch err := d.openInbox(false); err {
+	case errAbsent:
+	case nil:
+		results, err := d.results()
+		if err != nil {
+			return false, nil, err
+		}
+		for _, r := range results {
+			if !r.Handled {
+				unhandled[r.SourceID]++
+			}
+		}
+	default:
+		return false, nil, err
+	}
+	var hdir *os.File
+	if _, err := os.Lstat(healthDir(h)); err == nil {
+		if hdir, err = d.child(healthDir(h), false); err != nil {
+			return false, nil, err
+		}
+		defer hdir.Close()
+	}
+	for _, r := range regs {
+		rep := &SourceReport{Registration: r, Unhandled: unhandled[r.SourceID]}
+		if rep.Polling, err = held(d.reg, r.SourceID+claimSuffix); err != nil {
+			return false, nil, err
+		}
+		if hdir != nil {
+			rep.Health, rep.HealthErr = readHealth(hdir, r.SourceID)
+			if debugging(hdir, r.SourceID) {
+				rep.Debug = filepath.Join(hdir.Name(), r.SourceID+stderrSuffix)
+			}
+		}
+		if rep.Health != nil && rep.Health.Run != nil && d.inbox != nil && d.unhandled(r.SourceID, rep.Health.Run.Evidence) {
+			rep.Run = rep.Health.Run
+		}
+		reports = append(reports, rep)
+	}
+	return serving, reports, nil
+}

@@ -43,10 +43,13 @@ type verdicts struct {
 }
 
 // is asks the owner op (host.Terminal or host.Silent); any failure is
-// false.
-func (v *verdicts) is(ctx context.Context, op host.Op[wire.ResultInput, wire.BoolResult]) bool {
+// false, and is returned for the record.
+func (v *verdicts) is(ctx context.Context, op host.Op[wire.ResultInput, wire.BoolResult]) (bool, error) {
 	res, err := ask(ctx, v.h, v.meta, v.owner, op, v.content, Direct{})
-	return err == nil && res.Value
+	if err != nil {
+		return false, err
+	}
+	return res.Value, nil
 }
 
 // ask asks the owner of the result m the result operation op. b is the owner

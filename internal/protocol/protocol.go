@@ -343,3 +343,7 @@ func trunc(s string) string {
 	}
 	return s
 }
+
+// Printable is the evidence's bound and escape (printable ASCII, at most n
+// bytes) for other host texts fm keeps, such as a source's history.
+func Printable(s string, n int) string { return printable(s, n) }

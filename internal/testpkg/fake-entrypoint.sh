@@ -102,6 +102,18 @@ signal | signal:*)
 	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
 	*) ok '{"value":false}' ;;
 	esac ;;
+stderr-fail)
+	# a line on stderr with an escape sequence and a byte that is not UTF-8,
+	# then exit 7.
+	printf 'boom \033[31mred\377 at line 3\n' >&2
+	exit 7 ;;
+verdict-fail)
+	# like keep, but the terminal and silent verdicts fail (exit 7).
+	case $req in
+	*'"operation":"source.poll"'*) ok '{"output":"kept result","status":"result"}' ;;
+	*'"operation":"result.classify"'*) ok '{"classification":"fake-signal"}' ;;
+	*) exit 7 ;;
+	esac ;;
 no-result) ok '{"output":"","status":"no-result"}' ;;
 big-output) ok '{"output":"'"$(head -c 32769 /dev/zero | tr '\0' a)"'","status":"result"}' ;;
 bad-status) ok '{"output":"x","status":"maybe"}' ;;

@@ -105,3 +105,66 @@ type Source struct {
 	// Pending counts the source's unhandled results.
 	Pending int64 `json:"pending"`
 }
+
+// Statuses is what `fm procevent status --json` prints: whether a serve
+// supervises the home, and each registered source's state (one source when
+// a source id is given, with its history).
+type Statuses struct {
+	Serving bool           `json:"serving"`
+	Sources []SourceStatus `json:"sources"`
+}
+
+// SourceStatus is one source's operator state.
+type SourceStatus struct {
+	Source
+	// BindingDigest is the binding an extension registration uses ("" for a
+	// built-in); ConfigRef its config_ref ("" for a built-in).
+	BindingDigest string `json:"binding_digest"`
+	ConfigRef     string `json:"config_ref"`
+	// State is "polling", "failing", "stopped" or "idle".
+	State string `json:"state"`
+	// LastPoll is when the last recorded pass ended (0: none recorded),
+	// LastOutcome what it did: "result", "no-result", "evidence",
+	// "collapsed", "error", "check-failed" or "recovered".
+	LastPoll    int64  `json:"last_poll"`
+	LastOutcome string `json:"last_outcome"`
+	// ConsecutiveFailures counts the failed passes since the last success,
+	// from FailingSince, the last with LastCode and LastDetail.
+	ConsecutiveFailures int64  `json:"consecutive_failures"`
+	FailingSince        int64  `json:"failing_since"`
+	LastCode            string `json:"last_code"`
+	LastDetail          string `json:"last_detail"`
+	// Run is the failing run whose evidence is unhandled (Evidence 0: none).
+	Run FailRun `json:"run"`
+	// NextPoll is when serve scheduled the next poll (0: not scheduled).
+	NextPoll int64 `json:"next_poll"`
+	// StatusError says why fm's status file of the source was not
+	// trusted ("" when it was, or there is none).
+	StatusError string `json:"status_error"`
+	// DebugLog is where the package's stderr of failed polls is kept,
+	// when the operator turned that on for the source ("" when off).
+	DebugLog string `json:"debug_log"`
+	// History is the recent history, oldest first, for one source; [] in
+	// the list of all.
+	History []HistoryEntry `json:"history"`
+}
+
+// FailRun is a failing run [OP-5]: the evidence captured at its start and
+// the failures counted since, with the same code.
+type FailRun struct {
+	Evidence int64  `json:"evidence"`
+	Code     string `json:"code"`
+	Count    int64  `json:"count"`
+	Since    int64  `json:"since"`
+	Last     int64  `json:"last"`
+	Detail   string `json:"detail"`
+}
+
+// HistoryEntry is one recorded pass (or verdict failure, or recovery).
+type HistoryEntry struct {
+	Time     int64  `json:"time"`
+	Outcome  string `json:"outcome"`
+	Sequence int64  `json:"sequence"`
+	Code     string `json:"code"`
+	Detail   string `json:"detail"`
+}
