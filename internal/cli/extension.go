@@ -202,6 +202,13 @@ func extensionVerify(e *Env, args []string) error {
 	for _, b := range bs {
 		fmt.Fprintf(e.Stdout, "verified: %s@%s %s\n", b.ExtensionID, b.ExtensionVersion, b.PackageDigest)
 	}
+	if len(bs) > 0 {
+		c, err := host.HomeConfinement(h)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "confinement: %s\n", c.Describe())
+	}
 	return nil
 }
 

@@ -158,26 +158,35 @@ type rulesetAttr struct {
 // kernel that lacks anything the ruleset needs is confinement-unavailable.
 func Build(mode Mode, abi int, g Grant) (*os.File, Plan, error) {
 	p := Plan{Mode: mode, ABI: abi}
-	if mode == Off {
-		return nil, p, nil
-	}
-	if abi < abiFS {
-		p.Lacked = []string{"landlock"}
-	} else {
-		p.Lacked = lacked(abi, g)
-	}
-	if mode == Strict && len(p.Lacked) > 0 {
-		return nil, p, errcode.New(errcode.ConfinementUnavailable,
-			"this home's confinement is strict and the kernel (Landlock ABI %d) cannot enforce: %s; run fm doctor, or set `fm home confinement enforce` to run packages with what the kernel can enforce", abi, strings.Join(p.Lacked, ", "))
-	}
-	if abi < abiFS {
-		return nil, p, nil
+	var err error
+	if p.Lacked, err = Check(mode, abi, g); err != nil || mode == Off || abi < abiFS {
+		return nil, p, err
 	}
 	f, err := create(abi, g, &p)
 	if err != nil {
 		return nil, p, errcode.Wrap(errcode.Internal, err, "build the Landlock ruleset of %q", g.PackageRoot)
 	}
 	return f, p, nil
+}
+
+// Check returns what g's ruleset needs and a kernel of abi lacks under mode
+// (nothing when mode is Off), and for Strict with anything lacking the
+// refusal, confinement-unavailable. It creates nothing.
+func Check(mode Mode, abi int, g Grant) ([]string, error) {
+	var l []string
+	switch {
+	case mode == Off:
+		return nil, nil
+	case abi < abiFS:
+		l = []string{"landlock"}
+	default:
+		l = lacked(abi, g)
+	}
+	if mode == Strict && len(l) > 0 {
+		return l, errcode.New(errcode.ConfinementUnavailable,
+			"this home's confinement is strict and the kernel (Landlock ABI %d) cannot enforce: %s; see fm doctor, or run `fm home confinement enforce` to run packages with what the kernel can enforce", abi, strings.Join(l, ", "))
+	}
+	return l, nil
 }
 
 // lacked lists what g's ruleset needs and a kernel of abi (>= 1) lacks.

@@ -78,6 +78,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
@@ -160,6 +161,16 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	rep := p.report()
 	if !p.legacy() { // another import finished it meanwhile
 		return rep, nil
+	}
+	// A package that worked in the earlier implementation ran with the
+	// user's full rights: the imported home keeps running it so, until the
+	// operator chooses (doctor suggests enforce) [CONF-2].
+	if _, set, err := confine.ReadMode(h.Config()); err != nil {
+		return nil, err
+	} else if !set {
+		if err := confine.WriteMode(h.Config(), confine.Off); err != nil {
+			return nil, err
+		}
 	}
 	if err := p.execute(rep); err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -36,28 +35,26 @@ func HomeConfinement(h *home.Home) (Confinement, error) {
 // Describe is the one-line account of c for a package with every consent
 // withheld: what inspect, verify and doctor show.
 func (c Confinement) Describe() string {
-	f, p, err := confine.Build(c.Mode, c.ABI, confine.Grant{})
-	if f != nil {
-		f.Close()
-	}
-	if err != nil {
-		return string(c.Mode) + ": every package is refused (confinement-unavailable): the kernel lacks " + strings.Join(p.Lacked, ", ")
-	}
-	if p.Mode == confine.Off {
-		return p.String()
-	}
-	if !p.Confined() {
+	lacked, err := confine.Check(c.Mode, c.ABI, confine.Grant{})
+	switch {
+	case err != nil:
+		return string(c.Mode) + ": every package is refused (confinement-unavailable): the kernel lacks " + strings.Join(lacked, ", ")
+	case c.Mode == confine.Off:
+		return "off (this home's setting): packages run with the user's full rights"
+	case c.ABI < 1:
 		return string(c.Mode) + ": packages run NOT confined: this kernel has no Landlock"
 	}
 	s := string(c.Mode) + ": Landlock ABI " + strconv.Itoa(c.ABI)
-	if len(p.Lacked) > 0 {
-		s += "; NOT enforced (kernel lacks): " + strings.Join(p.Lacked, ", ")
+	if len(lacked) > 0 {
+		s += "; NOT enforced (kernel lacks): " + strings.Join(lacked, ", ")
 	}
 	return s
 }
 
 // confinement builds the ruleset of rec's launches from its consents
-// [CONF-1] under mode, or h's setting when mode is "" [CONF-2].
+// [CONF-1] under mode, or h's setting when mode is "" [CONF-2]; env is the
+// launches' environment, whose credential directories credential-store
+// opens.
 func confinement(h *home.Home, rec *binding.Record, env []string, mode confine.Mode) (*os.File, confine.Plan, error) {
 	if mode == "" {
 		m, _, err := confine.ReadMode(h.Config())
@@ -66,6 +63,17 @@ func confinement(h *home.Home, rec *binding.Record, env []string, mode confine.M
 		}
 		mode = m
 	}
+	vars := map[string]string{}
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		vars[k] = v
+	}
+	return confine.Build(mode, confine.Probe(), grant(h, rec, vars))
+}
+
+// grant is what rec's consents grant its package; vars are its
+// environment's variables.
+func grant(h *home.Home, rec *binding.Record, vars map[string]string) confine.Grant {
 	g := confine.Grant{
 		PackageRoot: rec.PackageRoot,
 		State:       h.ExtensionState(rec.ExtensionID),
@@ -74,14 +82,32 @@ func confinement(h *home.Home, rec *binding.Record, env []string, mode confine.M
 		Everywhere:  rec.Consents.ArtifactReferences,
 	}
 	if rec.Consents.CredentialStore {
-		for _, e := range env {
-			k, v, _ := strings.Cut(e, "=")
-			if k != "SSH_AUTH_SOCK" && k != "PATH" && filepath.IsAbs(v) && slices.Contains(credentialVars, k) {
+		// SSH_AUTH_SOCK is a socket, which Landlock's ABIs up to 7 do not
+		// restrict; the others are directories to read.
+		for _, k := range credentialVars {
+			if v, ok := vars[k]; ok && k != "SSH_AUTH_SOCK" && filepath.IsAbs(v) {
 				g.Credentials = append(g.Credentials, v)
 			}
 		}
 	}
-	return confine.Build(mode, confine.Probe(), g)
+	return g
+}
+
+// BindingPlan is what rec's package would be confined to now under c, with
+// the caller's credential variables: what `fm home confinement` shows. It
+// creates nothing and runs no package code.
+func BindingPlan(h *home.Home, rec *binding.Record, c Confinement) confine.Plan {
+	vars := map[string]string{}
+	for _, k := range credentialVars {
+		if v, ok := os.LookupEnv(k); ok {
+			vars[k] = v
+		}
+	}
+	f, p, _ := confine.Build(c.Mode, c.ABI, grant(h, rec, vars))
+	if f != nil {
+		f.Close()
+	}
+	return p
 }
 
 // explain is explain (the package's exit status worded) with the launch's
