@@ -371,7 +371,9 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured}
+	o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured, Notice: func(s string) {
+		fmt.Fprintf(e.Stderr, "warning[confinement]: %s\n", s)
+	}}
 	if pe.confinement != "" {
 		if o.Confinement, err = confine.ParseMode(pe.confinement); err != nil {
 			return err

@@ -146,6 +146,33 @@ func (p Plan) String() string {
 	return s
 }
 
+// Short is the plan in a few words, for an error line: the mode or the ABI
+// and what the kernel refused to the package as a whole; `fm home
+// confinement` lists the rules.
+func (p Plan) Short() string {
+	switch {
+	case p.Mode == Off:
+		return "confinement off"
+	case !p.Confined():
+		return "NOT confined: this kernel has no Landlock (confinement " + string(p.Mode) + ")"
+	}
+	var whole []string
+	for _, r := range p.Rules {
+		if !strings.Contains(r, "/") {
+			whole = append(whole, r)
+		}
+	}
+	s := fmt.Sprintf("confined by Landlock ABI %d (writes only in its state and TMPDIR", p.ABI)
+	if len(whole) > 0 {
+		s += "; " + strings.Join(whole, ", ")
+	}
+	s += ")"
+	if len(p.Lacked) > 0 {
+		s += ", NOT enforced (kernel lacks): " + strings.Join(p.Lacked, ", ")
+	}
+	return s
+}
+
 // rulesetAttr is the kernel's struct landlock_ruleset_attr up to the scoped
 // field (ABI 6); size passes only the part an older kernel knows.
 type rulesetAttr struct {

@@ -13,6 +13,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/launch/barrier"
+	"firstmate.dev/fm/internal/protocol"
 )
 
 // Confinement is a home's confinement as fm applies it: the setting, whether
@@ -118,7 +119,7 @@ func BindingPlan(h *home.Home, rec *binding.Record, c Confinement) confine.Plan 
 // package's own exit with that status): confinement-unavailable.
 func (v *verified) explain(rec *binding.Record, verb string, err error) error {
 	err = explain(rec, verb, err)
-	if !v.plan.Confined() {
+	if v.plan.Mode == confine.Off || v.plan.Mode == "" {
 		return err
 	}
 	code := errcode.Of(err)
@@ -128,6 +129,10 @@ func (v *verified) explain(rec *binding.Record, verb string, err error) error {
 		return &errcode.Error{Code: code, Msg: err.Error() + "; exit " + strconv.Itoa(barrier.ConfineFailed) +
 			" of a confined launch is the launch barrier refusing to run the package when the kernel refused its Landlock ruleset (landlock_restrict_self), unless the package itself exits " + strconv.Itoa(barrier.ConfineFailed), Err: err}
 	}
-	return &errcode.Error{Code: code, Msg: err.Error() + "; the package ran " + v.plan.String() +
-		" [CONF-5]: to check whether confinement is the cause, rerun this call with --confinement off; to grant more, see docs/configuration.md \"Confinement\"", Err: err}
+	note := "the package ran " + v.plan.Short() + ": fm home confinement lists its rules, and a direct call with --confinement off checks whether they are the cause"
+	short := "ran NOT confined (no Landlock)"
+	if v.plan.Confined() {
+		short = "ran confined by Landlock ABI " + strconv.Itoa(v.plan.ABI) + "; rules: fm home confinement; check: --confinement off"
+	}
+	return &errcode.Error{Code: code, Msg: err.Error() + "; " + note, Err: protocol.Confined(err, short)}
 }

@@ -450,6 +450,10 @@ type Call struct {
 	// this call's handshake and invoke: an operator's explicit check of
 	// whether confinement is what makes a package fail [CONF-5].
 	Confinement confine.Mode
+	// Notice, when set, is told once per call when the package runs with
+	// less confinement than its binding's ruleset (enforce on a kernel that
+	// lacks a feature) [CONF-3]: a direct call prints it.
+	Notice func(string)
 }
 
 // StderrFunc receives the stderr of one invocation: its verb ("handshake" or
@@ -496,6 +500,9 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v)
 	if err != nil {
 		return nil, err
+	}
+	if c.Notice != nil && v.plan.Mode != confine.Off && len(v.plan.Lacked) > 0 {
+		c.Notice(b.ExtensionID + " runs " + v.plan.String())
 	}
 	input, err := strictjson.Canonical(in)
 	if err != nil {
@@ -556,7 +563,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	}
 	raw, err := protocol.CheckResponse(out, c.RequestID)
 	if err != nil {
-		return nil, err
+		return nil, v.explain(&b.Record, "invoke", err)
 	}
 	return op.Decode(raw)
 }

@@ -77,6 +77,7 @@ func ask[Out any](ctx context.Context, h *home.Home, m *Meta, b *binding.Binding
 		SourceID:    m.SourceID,
 		Stderr:      o.Stderr,
 		Confinement: o.Confinement,
+		Notice:      o.Notice,
 	})
 }
 
@@ -123,6 +124,8 @@ type Direct struct {
 	// Confinement, when set, replaces the home's confinement setting
 	// (host.Call.Confinement): --confinement of a direct call [CONF-5].
 	Confinement confine.Mode
+	// Notice receives what the kernel could not enforce (host.Call.Notice).
+	Notice func(string)
 }
 
 // Answer is the owner's answer to a direct result operation: the
@@ -219,7 +222,7 @@ func Poll(ctx context.Context, h *home.Home, adapter string, in wire.PollInput, 
 	if err != nil {
 		return nil, evidenceFor(err, ""), nil
 	}
-	out, err := pollExtension(ctx, h, b, adapter, in, host.Call{RequestID: o.RequestID, Stderr: o.Stderr, Confinement: o.Confinement})
+	out, err := pollExtension(ctx, h, b, adapter, in, host.Call{RequestID: o.RequestID, Stderr: o.Stderr, Confinement: o.Confinement, Notice: o.Notice})
 	if errcode.Is(err, errcode.HostResource) {
 		return nil, nil, err
 	}
