@@ -162,16 +162,6 @@ func Import(ctx context.Context, h *home.Home, dryRun bool) (*Report, error) {
 	if !p.legacy() { // another import finished it meanwhile
 		return rep, nil
 	}
-	// A package that worked in the earlier implementation ran with the
-	// user's full rights: the imported home keeps running it so, until the
-	// operator chooses (doctor suggests enforce) [CONF-2].
-	if _, set, err := confine.ReadMode(h.Config()); err != nil {
-		return nil, err
-	} else if !set {
-		if err := confine.WriteMode(h.Config(), confine.Off); err != nil {
-			return nil, err
-		}
-	}
 	if err := p.execute(rep); err != nil {
 		return nil, err
 	}
@@ -881,6 +871,17 @@ func (p *plan) execute(rep *Report) error {
 			return err
 		}
 		defer serve.Close()
+	}
+	// A package that worked in the earlier implementation ran with the
+	// user's full rights: the imported home keeps running it so, until the
+	// operator chooses (doctor suggests enforce) [CONF-2]. The first change,
+	// so that an interrupted import has already made it.
+	if _, set, err := confine.ReadMode(p.h.Config()); err != nil {
+		return err
+	} else if !set {
+		if err := confine.WriteMode(p.h.Config(), confine.Off); err != nil {
+			return err
+		}
 	}
 	for _, m := range slices.Concat(p.files, p.dirs) {
 		if err := os.Chmod(m.path, os.FileMode(m.to)); err != nil {
