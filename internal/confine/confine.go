@@ -14,9 +14,11 @@
 // writable; TCP bind and connect are refused without the network consent;
 // abstract unix sockets and signals are scoped to the package's own
 // processes. credential-store adds read on the credential directories fm
-// passes (HOME and the XDG directories); artifact-references adds read on
-// the whole tree, because an artifact reference names any path an operator's
-// task produced. Everything else (the operator's home, fm's home and the
+// passes (HOME and the XDG directories); artifact-references adds read and
+// write (not execute) on the whole tree, because an artifact reference names
+// any path an operator's task produced, and a package may consume what it
+// names (the Python example removes the spooled files it answered): TCP and
+// signals stay confined. Everything else (the operator's home, fm's home and the
 // other packages' state) is refused with EACCES, and a signal to a process
 // outside the package's own domain with EPERM.
 //
@@ -115,7 +117,8 @@ type Grant struct {
 	// Credentials are the credential directories the environment passes
 	// under the credential-store consent (HOME, XDG_*_HOME): readable.
 	Credentials []string
-	// Everywhere is the artifact-references consent: read on the whole tree.
+	// Everywhere is the artifact-references consent: read and write (not
+	// execute) on the whole tree.
 	Everywhere bool
 }
 
@@ -266,7 +269,7 @@ func create(abi int, g Grant, p *Plan) (*os.File, error) {
 		{"r", readOnly, g.Credentials},
 	}
 	if g.Everywhere {
-		rules = append(rules, rule{"r", readOnly, []string{"/"}})
+		rules = append(rules, rule{"rw", allFS &^ (unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV), []string{"/"}})
 	}
 	for _, r := range rules {
 		for _, path := range r.paths {

@@ -151,16 +151,22 @@ func TestConfinementFollowsConsents(t *testing.T) {
 		consents []string
 		secret   bool // readable
 		tcp      bool // connectable
+		write    bool // a file outside the package's places is writable
 	}{
-		{"no consent", nil, false, false},
-		{"network and credential-store", []string{"network", "credential-store"}, true, true},
-		{"artifact-references", []string{"artifact-references"}, true, false},
+		{"no consent", nil, false, false, false},
+		{"network and credential-store", []string{"network", "credential-store"}, true, true, false},
+		{"artifact-references", []string{"artifact-references"}, true, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := newConfineWorld(t, goProbe, c.consents...)
+			// A directory anyone may write to: only the kernel's
+			// confinement refuses it, for root and uid 65534 alike.
+			outside := filepath.Join(w.dir, "outside")
+			os.Mkdir(outside, 0o777)
+			os.Chmod(outside, 0o777)
 			for _, lang := range languages(t) {
-				got, err := w.probe(t, lang, "probe-written", "")
+				got, err := w.probe(t, lang, filepath.Join(outside, lang), "")
 				if err != nil {
 					t.Fatalf("%s: %v", lang, err)
 				}
@@ -174,6 +180,9 @@ func TestConfinementFollowsConsents(t *testing.T) {
 				}
 				if c.tcp {
 					want["tcp"] = "ok"
+				}
+				if c.write {
+					want["write"] = "ok"
 				}
 				if lang == "sh" {
 					delete(want, "tcp") // sh has no TCP client

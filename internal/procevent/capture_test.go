@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/protocol"
 )
 
@@ -122,12 +123,13 @@ func TestFailureEvidence(t *testing.T) {
 	f.registerExt("s1")
 	f.mode("silent", "true")
 	f.mode("terminal", "true")
+	note := confinedNote()
 	cases := []struct{ mode, code, detail string }{
-		{"crash", "process-failed", ""},
-		{"exit7", "process-failed", ""},
-		{"hang", "timeout", ""},
-		{"malformed", "response-invalid", `"detail":"response: truncated json at byte 24",`},
-		{"ok-false", "extension-unavailable", ""},
+		{"crash", "process-failed", `"detail":"` + note + `",`},
+		{"exit7", "process-failed", `"detail":"` + note + `",`},
+		{"hang", "timeout", `"detail":"` + note + `",`},
+		{"malformed", "response-invalid", `"detail":"response: truncated json at byte 24; ` + note + `",`},
+		{"ok-false", "extension-unavailable", `"detail":"` + note + `",`},
 	}
 	for i, c := range cases {
 		f.mode("poll", c.mode)
@@ -250,7 +252,7 @@ func TestPollTimeDiagnosis(t *testing.T) {
 		if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+" (evidence: response-invalid)\n" {
 			t.Fatalf("%s: start printed %q", c.mode, out)
 		}
-		want := `{"code":"response-invalid","detail":"` + c.detail + `",` + tail
+		want := `{"code":"response-invalid","detail":"` + c.detail + "; " + confinedNote() + `",` + tail
 		if got := f.read(result); got != want {
 			t.Fatalf("%s: evidence\n got %s\nwant %s", c.mode, got, want)
 		}
@@ -324,4 +326,13 @@ func TestFailedCaptureKeepsRequestID(t *testing.T) {
 	if len(f.wakes()) != 1 || f.wakes()[0].Key != "procevent:s1:1" {
 		t.Fatalf("wakes %+v", f.wakes())
 	}
+}
+
+// confinedNote is the evidence detail of a failed poll of a package in a
+// home whose confinement is the default, enforce [CONF-5].
+func confinedNote() string {
+	if abi := confine.Probe(); abi >= 1 {
+		return "ran confined by Landlock ABI " + strconv.Itoa(abi) + "; rules: fm home confinement; check: --confinement off"
+	}
+	return "ran NOT confined (no Landlock)"
 }
