@@ -565,7 +565,11 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	if err != nil {
 		return nil, v.explain(&b.Record, "invoke", err)
 	}
-	return op.Decode(raw)
+	decoded, err := op.Decode(raw)
+	if err != nil {
+		return nil, v.explain(&b.Record, "invoke", err)
+	}
+	return decoded, nil
 }
 
 // Handshake revalidates rec, runs the handshake ([PROTO-1], [PROTO-2]) and

@@ -215,7 +215,8 @@ func TestDirectShowStderr(t *testing.T) {
 	f.ok("procevent", "start", "s1")
 	f.mode("terminal", "crash")
 	errs = f.fails("process-failed", "extension", "process-event", "sig", "result.terminal", "--result-file", filepath.Join(f.h.Inbox(), "s1.2.result"))
-	if !strings.HasSuffix(errs, "entrypoint exit status 7; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr)\n") {
+	if !strings.Contains(errs, "entrypoint exit status 7; its working directory, the package root, is read-only: the package writes only under $FIRSTMATE_EXTENSION_STATE (fm extension process-event --show-stderr shows its stderr); the package ran ") ||
+		!strings.HasSuffix(errs, "a direct call with --confinement off checks whether they are the cause\n") {
 		t.Fatalf("terminal failure: %q", errs)
 	}
 }
