@@ -1,6 +1,6 @@
 // Package confine turns a binding's consent facts into a Landlock ruleset
 // that the launch barrier applies to itself right before it becomes the
-// entrypoint ([CONF-1]..[CONF-6] in docs/spec.md).
+// entrypoint ([CONF-1]..[CONF-5] in docs/spec.md).
 //
 // The full fm builds the ruleset (this package); the barrier, which imports
 // only os, strconv, syscall and unsafe, receives it as a descriptor and only

@@ -131,7 +131,7 @@ func languages(t *testing.T) []string {
 	return langs
 }
 
-// [CONF-1] For each consent fact, what the binding grants works inside the
+// [CONF-1] [INV-3] For each consent fact, what the binding grants works inside the
 // package and what it does not is refused by the kernel (EACCES for files
 // and TCP, EPERM for a signal out of the package's domain), in sh, Python,
 // node and Go; temporary files, /dev/null and /dev/shm work everywhere.
