@@ -90,3 +90,20 @@ func TestModeFile(t *testing.T) {
 		t.Errorf("bad mode written: %v", err)
 	}
 }
+
+// BenchmarkBuild is the host's side of confinement per call: the ruleset of
+// a package with no consent (bench/run.sh prints confine-build-us from
+// fmbench, this is the in-process piece).
+func BenchmarkBuild(b *testing.B) {
+	if Probe() < 1 {
+		b.Skip("this kernel has no Landlock")
+	}
+	g := Grant{PackageRoot: b.TempDir(), State: b.TempDir(), Temp: b.TempDir()}
+	for b.Loop() {
+		f, _, err := Build(Enforce, Probe(), g)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+}
