@@ -28,7 +28,8 @@
 #   ratios poll-node-loaded-vs-quiet and design-startups-loaded-vs-quiet,
 #   serve-captures-per-second,
 #   serve-cpu-per-child-cpu, serve-idle-cpu-percent, serve-idle-rss-kib,
-#   serve-idle-1000-rss-kib, serve-idle-1000-cpu-percent, serve-stop-1000-ms
+#   serve-idle-1000-rss-kib, serve-idle-1000-cpu-percent, serve-stop-1000-ms,
+#   confine-build-us, confine-cost-us (what confinement adds per launch)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,7 +45,7 @@ summary=() # "name: value" lines, printed again at the end
 figure() {
 	echo "$1"
 	local l
-	while IFS= read -r l; do summary+=("$l"); done < <(sed 's/ (.*//' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve|design)-[a-z0-9-]+: -?[0-9.]+$')
+	while IFS= read -r l; do summary+=("$l"); done < <(sed 's/ (.*//' <<<"$1" | grep -E '^(digest|bind|invoke|poll|serve|design|confine)-[a-z0-9-]+: -?[0-9.]+$')
 }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm-bench.XXXXXX")
@@ -168,6 +169,9 @@ else
 	figure "$(FM_HOME=$invoke_home "$tmp/fmbench" -fm "$fmbin" -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" design)"
 	section "the same with two busy loops competing for the two cores (what the design floor itself costs under load)"
 	figure "$(FM_HOME=$invoke_home "$tmp/fmbench" -fm "$fmbin" -adapter floor -exit "$tmp/exit0" -n "$ROUNDS" -busy 2 -label loaded design)"
+
+	section "confinement: what the Landlock ruleset adds per launch (enforce vs --confinement off; goal <= 100 us)"
+	figure "$(FM_HOME=$invoke_home "$tmp/fmbench" -fm "$fmbin" -adapter floor -n "$ROUNDS" confine)"
 
 	section "fm extension list, cold start (fresh process; target under 10 ms)"
 	FM_HOME=$invoke_home "$tmp/fmbench" -fm "$fmbin" -n "$ROUNDS" list

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/launch"
@@ -83,7 +84,7 @@ func main() {
 		check(fmt.Errorf("-floor-stdio %q: want pipes or files", *floorIO))
 	}
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle|bind|design")
+		fmt.Fprintln(os.Stderr, "usage: fmbench [flags] invoke|barrier|list|compare|serve-captures|serve-idle|bind|design|confine")
 		os.Exit(2)
 	}
 	fm, err := filepath.Abs(*fmPath)
@@ -107,6 +108,8 @@ func main() {
 		bind(fm)
 	case "design":
 		design(fm)
+	case "confine":
+		confineCost(fm)
 	default:
 		fmt.Fprintln(os.Stderr, "fmbench: unknown experiment", flag.Arg(0))
 		os.Exit(2)
@@ -684,4 +687,45 @@ func bind(fm string) {
 func removeTree(dir string) {
 	exec.Command("chmod", "-R", "u+w", dir).Run()
 	os.RemoveAll(dir)
+}
+
+// confineCost: what confinement adds to a launch [CONF-1]. The host side,
+// building the bound package's ruleset (confine.Build), is timed in process
+// (confine-build-us); the whole of it, host and barrier (no-new-privileges,
+// landlock_restrict_self) and the package's path checks under the ruleset,
+// is the per-round difference of one real call with the home's enforce and
+// one with --confinement off, per launch (two per call): confine-cost-us.
+func confineCost(fm string) {
+	h, err := home.Resolve()
+	check(err)
+	b, err := host.Resolve(h, *adapter)
+	check(err)
+	c, err := host.HomeConfinement(h)
+	check(err)
+	if c.Mode != confine.Enforce || c.ABI < 1 {
+		fmt.Printf("confine: skipped (%s)\n", c.Describe())
+		return
+	}
+	var builds []float64
+	for range *rounds {
+		t0 := time.Now()
+		p := host.BindingPlan(h, &b.Record, c)
+		builds = append(builds, float64(time.Since(t0))/1e3)
+		if !p.Confined() {
+			check(fmt.Errorf("the binding would not be confined: %s", p))
+		}
+	}
+	call := func(mode string) proc {
+		return proc{argv: []string{fm, "extension", "process-event", *adapter, "source.poll", "--source-id", "bench", "--config-ref", "bench", "--confinement", mode}, env: os.Environ(), want: 75}
+	}
+	on, off := call("enforce"), call("off")
+	defer busyLoops(*busy)()
+	as, bs, ratios := alternate(on.run, off.run)
+	report("confine", as, bs, ratios, "enforce", "off")
+	diffs := make([]float64, len(as))
+	for i := range as {
+		diffs[i] = float64(as[i]-bs[i]) / 1e3 / 2
+	}
+	fmt.Printf("confine-build-us: %.1f\n", median(builds))
+	fmt.Printf("confine-cost-us: %.1f\n", median(diffs))
 }

@@ -262,6 +262,13 @@ func extensionVerify(e *Env, args []string) error {
 			fmt.Fprintf(e.Stdout, "note: %s: %s\n", b.ExtensionID, note)
 		}
 	}
+	if len(bs) > 0 {
+		c, err := host.HomeConfinement(h)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "confinement: %s\n", c.Describe())
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/procevent"
@@ -399,6 +400,7 @@ func proceventSweepHome(e *Env, f *sweepFlags, args []string) error {
 type directFlags struct {
 	sourceID, configRef, resultFile, requestID string
 	uncaptured, showStderr                     bool
+	confinement                                string
 }
 
 func (f *directFlags) declare(fs *flag.FlagSet) {
@@ -408,6 +410,7 @@ func (f *directFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&f.requestID, "request-id", "", "the request id, sha256:<64 hex> (default: random)")
 	fs.BoolVar(&f.uncaptured, "uncaptured", false, "source.poll: poll a source id registered in this home anyway; its event is consumed and NOT captured")
 	fs.BoolVar(&f.showStderr, "show-stderr", false, "print the package's stderr (at most 8192 bytes per invocation, escaped) on stderr; it is never stored")
+	fs.StringVar(&f.confinement, "confinement", "", "enforce, strict or off: this call's confinement instead of the home's (off: check whether confinement is what makes a package fail)")
 }
 
 // extensionProcessEvent is `fm extension process-event` ([OP-2]).
@@ -428,7 +431,14 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured}
+	o := procevent.Direct{RequestID: pe.requestID, Uncaptured: pe.uncaptured, Notice: func(s string) {
+		fmt.Fprintf(e.Stderr, "warning[confinement]: %s\n", s)
+	}}
+	if pe.confinement != "" {
+		if o.Confinement, err = confine.ParseMode(pe.confinement); err != nil {
+			return err
+		}
+	}
 	if pe.showStderr {
 		o.Stderr = showStderr(e.Stderr)
 	}

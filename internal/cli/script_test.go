@@ -15,6 +15,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"firstmate.dev/fm/internal/cli"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/launch"
 	"firstmate.dev/fm/internal/pkgtree"
 	"firstmate.dev/fm/internal/procstat"
@@ -26,6 +27,14 @@ func TestMain(m *testing.M) {
 	launch.MaybeBarrier()
 	testscript.Main(m, map[string]func(){
 		"fm": func() { os.Exit(cli.Run()) },
+		// fm on a kernel without Landlock (a seccomp filter hides it).
+		"fm-nolandlock": func() {
+			if err := testpkg.HideLandlock(); err != nil {
+				fmt.Fprintln(os.Stderr, "hide landlock:", err)
+				os.Exit(3)
+			}
+			os.Exit(cli.Run())
+		},
 	})
 }
 
@@ -61,10 +70,14 @@ func TestScripts(t *testing.T) {
 
 // condition adds [root]: the scripts run as root and, by
 // scripts/test-unprivileged.sh, as an unprivileged user, and root alone can
-// write into a 0555 store copy.
+// write into a 0555 store copy; and [landlock]: the kernel has the Landlock
+// ABI that confines fully (6 or later).
 func condition(cond string) (bool, error) {
-	if cond == "root" {
+	switch cond {
+	case "root":
 		return os.Geteuid() == 0, nil
+	case "landlock":
+		return confine.Probe() >= 6, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
 }

@@ -39,7 +39,7 @@ func commands() []*group {
 				"One line per finding (ok, warn, FAIL with the fix); exit 0 when nothing failed, 1 otherwise.",
 			Setup: flagged(doctorReport),
 		}}},
-		{name: "home", summary: "move a home of the earlier Firstmate implementation onto fm", verbs: []*Verb{{
+		{name: "home", summary: "move a home of the earlier Firstmate implementation onto fm; see or set its confinement", verbs: []*Verb{{
 			Name: "import",
 			Args: "[--dry-run] [--json]",
 			Summary: "Convert a stopped home of the earlier Firstmate implementation into fm's layout, in place: registrations\n" +
@@ -47,6 +47,14 @@ func commands() []*group {
 				"Every replaced or removed file is kept under data/imported/<UTC time>/. One line per thing converted, then\n" +
 				"imported: sources=<n> results=<n> unhandled=<n> transfers=<n>. Safe to interrupt: run it again to finish.",
 			Setup: flagged(homeImport),
+		}, {
+			Name: "confinement",
+			Args: "[enforce|strict|off] [--json]",
+			Summary: "See, or set, how the kernel (Landlock) confines packages in this home: enforce (the default) confines each\n" +
+				"package to what its binding granted and runs it with what the kernel can enforce, saying what it could not;\n" +
+				"strict refuses (confinement-unavailable) what the kernel cannot confine fully; off runs packages with your full\n" +
+				"rights. Prints the setting, the kernel's Landlock ABI and each bound package's rules.",
+			Setup: flagged(homeConfinement),
 		}}},
 		{name: "completion", summary: "print a shell completion script: fm completion bash|zsh", verbs: []*Verb{{
 			Name:    "",
@@ -102,7 +110,7 @@ func extensionVerbs() []*Verb {
 			Summary: "prove the process groups of invocations whose host died gone, and clear their records",
 			Setup:   flagged(extensionCleanupInvocations)},
 		{Name: "process-event",
-			Args:    "<adapter> <operation> [--source-id S --config-ref R [--uncaptured]] [--result-file F] [--request-id ID] [--show-stderr]",
+			Args:    "<adapter> <operation> [--source-id S --config-ref R [--uncaptured]] [--result-file F] [--request-id ID] [--show-stderr] [--confinement enforce|strict|off]",
 			Summary: "call one process-event-adapter/1 operation directly (for operators and tests); changes no state",
 			Setup:   flagged(extensionProcessEvent)},
 		{Name: "pack-transfer",

@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
@@ -91,6 +92,7 @@ func Check(h *home.Home) []Finding {
 	d.checkHome()
 	d.checkImport()
 	d.checkState()
+	d.checkConfinement()
 	bs, err := binding.Load(h)
 	if err != nil {
 		d.fail("registry", err, "")
@@ -167,6 +169,29 @@ func (d *checker) checkHome() {
 		return
 	}
 	d.ok("home", "%s (code root %s)", d.h.Dir, d.h.Root)
+}
+
+// checkConfinement reports the home's confinement and what this kernel can
+// enforce of it [CONF-2] [CONF-3]: off, or enforce on a kernel that lacks
+// something, is a warning (packages run with more than their bindings
+// granted); strict on such a kernel fails, since every package is refused.
+func (d *checker) checkConfinement() {
+	c, err := host.HomeConfinement(d.h)
+	if err != nil {
+		d.fail("confinement", err, "rewrite it: fm home confinement enforce")
+		return
+	}
+	lacked, err := confine.Check(c.Mode, c.ABI, confine.Grant{})
+	switch {
+	case err != nil:
+		d.fail("confinement", err, "a kernel with Landlock (ABI 6 or later), or fm home confinement enforce")
+	case c.Mode == confine.Off:
+		d.warn("confinement", "fm home confinement enforce (docs/configuration.md, \"Confinement\")", "%s: every package runs with your full rights", c.Describe())
+	case len(lacked) > 0:
+		d.warn("confinement", "a kernel with Landlock (ABI 6 or later: CONFIG_SECURITY_LANDLOCK and landlock in lsm=)", "%s", c.Describe())
+	default:
+		d.ok("confinement", "%s", c.Describe())
+	}
 }
 
 // checkImport reports what the earlier Firstmate implementation left in the

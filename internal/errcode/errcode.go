@@ -90,6 +90,10 @@ const (
 	// HomeBusy refuses `fm home import` while a process of the earlier
 	// implementation may still run in that home.
 	HomeBusy Code = "home-busy"
+	// ConfinementUnavailable refuses to run a package in a home whose
+	// confinement is strict when the kernel cannot enforce its whole
+	// ruleset (no Landlock, or an ABI without a needed feature) [CONF-2].
+	ConfinementUnavailable Code = "confinement-unavailable"
 )
 
 // All lists every code, in the contract's order. Documentation tests use it.
@@ -106,7 +110,7 @@ var All = []Code{
 	SourceActive, OwnerTokenMismatch, TransferExists, TransferMissing,
 	RetirementPartial, Internal,
 	HostResource, SecondmateMissing, SequenceExhausted, SourceRegistered,
-	RemoteInvalid, HomeImportNeeded, HomeBusy,
+	RemoteInvalid, HomeImportNeeded, HomeBusy, ConfinementUnavailable,
 }
 
 // Error is a failure with a contract code. Msg is shown to the operator; Err,

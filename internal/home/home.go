@@ -143,6 +143,16 @@ func (h *Home) Secondmates() string { return filepath.Join(h.Dir, "data", "secon
 // ExtensionState is the package's own state directory.
 func (h *Home) ExtensionState(id string) string { return filepath.Join(h.State, "extensions", id) }
 
+// ExtensionTemp is the package's private temporary directory, announced as
+// TMPDIR ([INV-3]): beside its state directory, not in it, so no name of the
+// package's own state is taken.
+func (h *Home) ExtensionTemp(id string) string {
+	return filepath.Join(h.State, "extension-tmp", id)
+}
+
+// Config is the home's config directory (bindings, the confinement setting).
+func (h *Home) Config() string { return filepath.Join(h.Dir, "config") }
+
 // Invocations holds live-invocation cleanup records.
 func (h *Home) Invocations() string { return filepath.Join(h.State, "extension-invocations") }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/wake"
 )
 
@@ -94,5 +95,22 @@ func TestImportReportsIgnoredResults(t *testing.T) {
 	}
 	if !strings.HasSuffix(out, "imported: sources=3 results=4 unhandled=2 transfers=1\n") {
 		t.Fatalf("the counts changed:\n%s", out)
+	}
+}
+
+// [CONF-2] An imported home runs its packages unconfined (off), as the
+// earlier implementation did, until the operator chooses; a setting the
+// operator made before the import is kept.
+func TestImportKeepsPackagesUnconfined(t *testing.T) {
+	f := newFixture(t)
+	f.fm(0, "home", "import")
+	if m, set, err := confine.ReadMode(f.h.Config()); m != confine.Off || !set || err != nil {
+		t.Fatalf("after the import: %q %v %v, want off", m, set, err)
+	}
+	f = newFixture(t)
+	f.must(confine.WriteMode(f.h.Config(), confine.Strict))
+	f.fm(0, "home", "import")
+	if m, _, err := confine.ReadMode(f.h.Config()); m != confine.Strict || err != nil {
+		t.Fatalf("after the import: %q %v, want strict kept", m, err)
 	}
 }

@@ -80,6 +80,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
@@ -900,6 +901,17 @@ func (p *plan) execute(rep *Report) error {
 			return err
 		}
 		defer serve.Close()
+	}
+	// A package that worked in the earlier implementation ran with the
+	// user's full rights: the imported home keeps running it so, until the
+	// operator chooses (doctor suggests enforce) [CONF-2]. The first change,
+	// so that an interrupted import has already made it.
+	if _, set, err := confine.ReadMode(p.h.Config()); err != nil {
+		return err
+	} else if !set {
+		if err := confine.WriteMode(p.h.Config(), confine.Off); err != nil {
+			return err
+		}
 	}
 	for _, m := range slices.Concat(p.files, p.dirs) {
 		if err := os.Chmod(m.path, os.FileMode(m.to)); err != nil {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/fsutil"
 	"firstmate.dev/fm/internal/home"
@@ -415,11 +416,20 @@ type verified struct {
 	// its handshake's and its invoke's specs back to back, before any
 	// package code runs, so a second look could find nothing new.
 	env []string
+	// mode, when set, is the confinement of these launches instead of the
+	// home's setting: an operator's explicit --confinement on a direct call.
+	mode confine.Mode
+	// ruleset and plan are the launches' confinement, built with env.
+	ruleset *os.File
+	plan    confine.Plan
 }
 
 func (v *verified) close() {
 	v.entry.Close()
 	v.root.Close()
+	if v.ruleset != nil {
+		v.ruleset.Close()
+	}
 }
 
 // verify scans rec's installed tree and checks it against rec, keeping the
@@ -524,6 +534,14 @@ type Call struct {
 	// handshake and invoke (launch.Spec.Stderr). Only an operator's direct
 	// call sets it (--show-stderr); it is never stored [INV-4].
 	Stderr StderrFunc
+	// Confinement, when set, replaces the home's confinement setting for
+	// this call's handshake and invoke: an operator's explicit check of
+	// whether confinement is what makes a package fail [CONF-5].
+	Confinement confine.Mode
+	// Notice, when set, is told once per call when the package runs with
+	// less confinement than its binding's ruleset (enforce on a kernel that
+	// lacks a feature) [CONF-3]: a direct call prints it.
+	Notice func(string)
 }
 
 // StderrFunc receives the stderr of one invocation: its verb ("handshake" or
@@ -576,9 +594,13 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 		return nil, err
 	}
 	defer v.close()
+	v.mode = c.Confinement
 	hs, hsReq, err := handshakeSpec(h, &b.Record, b.Digest, v, 0)
 	if err != nil {
 		return nil, err
+	}
+	if c.Notice != nil && v.plan.Mode != confine.Off && len(v.plan.Lacked) > 0 {
+		c.Notice(b.ExtensionID + " runs " + v.plan.String())
 	}
 	input, err := strictjson.Canonical(in)
 	if err != nil {
@@ -614,7 +636,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	var out []byte
 	res, err := hsp.Run(ctx)
 	if err != nil {
-		err = explain(&b.Record, "handshake", err)
+		err = v.explain(&b.Record, "handshake", err)
 	}
 	// The handshake was package code: re-check what it could have changed,
 	// whatever its outcome, before anything else ([INV-1]).
@@ -636,13 +658,17 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 		return nil, rerr
 	}
 	if err != nil {
-		return nil, explain(&b.Record, "invoke", err)
+		return nil, v.explain(&b.Record, "invoke", err)
 	}
 	raw, err := protocol.CheckResponse(out, c.RequestID)
 	if err != nil {
-		return nil, err
+		return nil, v.explain(&b.Record, "invoke", err)
 	}
-	return op.Decode(raw)
+	decoded, err := op.Decode(raw)
+	if err != nil {
+		return nil, v.explain(&b.Record, "invoke", err)
+	}
+	return decoded, nil
 }
 
 // Handshake revalidates rec, runs the handshake ([PROTO-1], [PROTO-2]) and
@@ -681,7 +707,7 @@ func handshake(ctx context.Context, h *home.Home, rec *binding.Record, bindingDi
 		return damaged(rerr)
 	}
 	if err != nil {
-		return explain(rec, "handshake", err)
+		return v.explain(rec, "handshake", err)
 	}
 	return protocol.CheckHandshake(out, req)
 }
@@ -732,6 +758,9 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 		if err := home.EnsurePrivate(h.Invocations(), true); err != nil {
 			return launch.Spec{}, err
 		}
+		if v.ruleset, v.plan, err = confinement(h, rec, env, v.mode); err != nil {
+			return launch.Spec{}, err
+		}
 		v.env = env
 	}
 	return launch.Spec{
@@ -741,6 +770,7 @@ func launchSpec(h *home.Home, rec *binding.Record, bindingDigest string, v *veri
 		Dir:         rec.PackageRoot,
 		DirFile:     v.root,
 		Env:         v.env,
+		Ruleset:     v.ruleset,
 		Stdin:       stdin,
 		StdoutLimit: wire.MaxEnvelopeBytes,
 		StderrLimit: wire.MaxStderrBytes,
@@ -805,13 +835,21 @@ func (pd *pending) abort() {
 }
 
 // Environment builds the exact minimal environment of an entrypoint
-// ([INV-3]) and creates the package's private state directory.
+// ([INV-3]) and creates the package's private state and temporary
+// directories.
 func Environment(h *home.Home, rec *binding.Record) ([]string, error) {
 	state := h.ExtensionState(rec.ExtensionID)
 	if err := home.EnsurePrivate(h.State, false); err != nil {
 		return nil, err
 	}
 	if err := home.EnsurePrivate(state, true); err != nil {
+		return nil, err
+	}
+	tmp := h.ExtensionTemp(rec.ExtensionID)
+	if err := home.EnsurePrivate(filepath.Dir(tmp), true); err != nil {
+		return nil, err
+	}
+	if err := home.EnsurePrivate(tmp, true); err != nil {
 		return nil, err
 	}
 	env := []string{
@@ -821,6 +859,7 @@ func Environment(h *home.Home, rec *binding.Record) ([]string, error) {
 		"FIRSTMATE_EXTENSION_ID=" + rec.ExtensionID,
 		"FIRSTMATE_EXTENSION_VERSION=" + rec.ExtensionVersion,
 		"FIRSTMATE_EXTENSION_STATE=" + state,
+		"TMPDIR=" + tmp,
 	}
 	if rec.Consents.CredentialStore {
 		for _, k := range credentialVars {

@@ -147,6 +147,11 @@ type Spec struct {
 	// another tree to read relative paths from [INV-1]. Run does not close
 	// it.
 	DirFile *os.File
+	// Ruleset, when not nil, is a Landlock ruleset (package confine): the
+	// barrier restricts itself with it right before its execve, and exits
+	// barrier.ConfineFailed rather than run anything unrestricted
+	// [CONF-4]. Run does not close it.
+	Ruleset *os.File
 	// Env is the entrypoint's exact environment. Nothing of the host's
 	// environment is added; a nil Env is an empty environment. (The barrier
 	// itself runs with barrier.RuntimeEnv first, which it takes out.)
@@ -431,19 +436,24 @@ func (s *Spec) check() error {
 
 // barrierArgv is the barrier's argv: [exe, BarrierArg, Path, Verb], with
 // Argv [exe, barrier.ArgvArg, Path, Argv...], and with Exec
-// [exe, barrier.FdArg, Path, argv...] where argv is Argv or [Path, Verb].
+// [exe, barrier.FdArg, Path, argv...] where argv is Argv or [Path, Verb];
+// with a Ruleset, argv[1] ends in barrier.Confined.
 func (s *Spec) barrierArgv() []string {
 	argv := s.Argv
 	if argv == nil {
 		argv = []string{s.Path, s.Verb}
 	}
+	confined := ""
+	if s.Ruleset != nil {
+		confined = barrier.Confined
+	}
 	switch {
 	case s.Exec != nil:
-		return append([]string{os.Args[0], barrier.FdArg, s.Path}, argv...)
+		return append([]string{os.Args[0], barrier.FdArg + confined, s.Path}, argv...)
 	case s.Argv != nil:
-		return append([]string{os.Args[0], barrier.ArgvArg, s.Path}, argv...)
+		return append([]string{os.Args[0], barrier.ArgvArg + confined, s.Path}, argv...)
 	}
-	return []string{os.Args[0], BarrierArg, s.Path, s.Verb}
+	return []string{os.Args[0], BarrierArg + confined, s.Path, s.Verb}
 }
 
 // what names the invocation in messages: never package text.
@@ -478,7 +488,9 @@ func forkFault(err error, files []uintptr) error {
 	}
 	top := uint64(len(files))
 	for _, fd := range files {
-		top = max(top, uint64(fd))
+		if fd != ^uintptr(0) { // a descriptor the child closes
+			top = max(top, uint64(fd))
+		}
 	}
 	if top+1+uint64(len(files)) < lim.Cur {
 		return err
@@ -602,6 +614,12 @@ func start(s Spec) (*invocation, error) {
 	files := []uintptr{uintptr(child[0]), uintptr(child[1]), uintptr(child[2]), uintptr(child[3])}
 	if s.Exec != nil {
 		files = append(files, s.Exec.Fd()) // barrier.ExecFd
+	}
+	if s.Ruleset != nil {
+		if s.Exec == nil {
+			files = append(files, ^uintptr(0)) // ForkExec closes barrier.ExecFd
+		}
+		files = append(files, s.Ruleset.Fd()) // barrier.RulesetFd
 	}
 	dir := s.Dir
 	if s.DirFile != nil {

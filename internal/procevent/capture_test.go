@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/shown"
 )
@@ -123,12 +124,13 @@ func TestFailureEvidence(t *testing.T) {
 	f.registerExt("s1")
 	f.mode("silent", "true")
 	f.mode("terminal", "true")
+	note := confinedNote()
 	cases := []struct{ mode, code, detail string }{
-		{"crash", "process-failed", ""},
-		{"exit7", "process-failed", ""},
-		{"hang", "timeout", ""},
-		{"malformed", "response-invalid", `"detail":"response: truncated json at byte 24",`},
-		{"ok-false", "extension-unavailable", ""},
+		{"crash", "process-failed", `"detail":"` + note + `",`},
+		{"exit7", "process-failed", `"detail":"` + note + `",`},
+		{"hang", "timeout", `"detail":"` + note + `",`},
+		{"malformed", "response-invalid", `"detail":"response: truncated json at byte 24; ` + note + `",`},
+		{"ok-false", "extension-unavailable", `"detail":"` + note + `",`},
 	}
 	for i, c := range cases {
 		f.mode("poll", c.mode)
@@ -251,7 +253,7 @@ func TestPollTimeDiagnosis(t *testing.T) {
 		if out := f.ok("procevent", "start", "s1"); out != "captured: "+result+" (evidence: response-invalid)\n" {
 			t.Fatalf("%s: start printed %q", c.mode, out)
 		}
-		want := `{"code":"response-invalid","detail":"` + c.detail + `",` + tail
+		want := `{"code":"response-invalid","detail":"` + c.detail + "; " + confinedNote() + `",` + tail
 		if got := f.read(result); got != want {
 			t.Fatalf("%s: evidence\n got %s\nwant %s", c.mode, got, want)
 		}
@@ -271,7 +273,7 @@ func TestPollTimeDiagnosis(t *testing.T) {
 	f.ok("procevent", "handled", "s1", "2")
 	serve, log := f.serve()
 	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	re := regexp.MustCompile(`(?m)^captured: ` + regexp.QuoteMeta(f.h.Inbox()) + `/s1\.\d+\.result \(evidence: response-invalid\)\nfailed: s1 \(response-invalid\): source\.poll result: unknown key at "/debug"$`)
+	re := regexp.MustCompile(`(?m)^captured: ` + regexp.QuoteMeta(f.h.Inbox()) + `/s1\.\d+\.result \(evidence: response-invalid\)\nfailed: s1 \(response-invalid\): source\.poll result: unknown key at "/debug"; the package ran .*$`)
 	waitFor(t, 20*time.Second, "serve's captured and failed lines", func() bool { return re.MatchString(log.String()) })
 	if strings.Contains(log.String(), "PACKAGE-VALUE-TEXT") {
 		t.Fatalf("serve printed package text:\n%s", log.String())
@@ -351,8 +353,17 @@ func TestEvidenceCarriesNoMemberName(t *testing.T) {
 		if err := json.Unmarshal([]byte(got), &ev); err != nil {
 			t.Fatal(err)
 		}
-		if ev.Detail != `source.poll result: unknown key at "/#2"` || !shown.Printable(got[:len(got)-1]) {
+		if ev.Detail != `source.poll result: unknown key at "/#2"; `+confinedNote() || !shown.Printable(got[:len(got)-1]) {
 			t.Fatalf("%q: evidence %s", name, got)
 		}
 	}
+}
+
+// confinedNote is the evidence detail of a failed poll of a package in a
+// home whose confinement is the default, enforce [CONF-5].
+func confinedNote() string {
+	if abi := confine.Probe(); abi >= 1 {
+		return "ran confined by Landlock ABI " + strconv.Itoa(abi) + "; rules: fm home confinement; check: --confinement off"
+	}
+	return "ran NOT confined (no Landlock)"
 }

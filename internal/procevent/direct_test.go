@@ -34,7 +34,7 @@ func TestDirectProcessEvent(t *testing.T) {
 	}
 	f.mode("poll", "ok-false")
 	out, errs, code := f.fm(poll...)
-	if code != 70 || errs != "" || out != `{"code":"extension-unavailable","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}`+"\n" {
+	if code != 70 || errs != "" || out != `{"code":"extension-unavailable","detail":"`+confinedNote()+`","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}`+"\n" {
 		t.Fatalf("failure: exit %d %q %q", code, out, errs)
 	}
 	out, _, code = f.fm("extension", "process-event", "nope", "source.poll", "--source-id", "d1", "--config-ref", "ref")
@@ -181,7 +181,7 @@ func TestDirectShowStderr(t *testing.T) {
 	f := newFixture(t)
 	f.bind()
 	poll := []string{"extension", "process-event", "sig", "source.poll", "--source-id", "d1", "--config-ref", "ref"}
-	evidence := `{"code":"process-failed","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
+	evidence := `{"code":"process-failed","detail":"` + confinedNote() + `","extension_id":"org.example.sig","operation":"source.poll","schema":"firstmate.process-event-extension-error.v1"}` + "\n"
 	f.mode("poll", "noisy-fail")
 	out, errs, code := f.fm(poll...)
 	if code != 70 || out != evidence || errs != "" {
@@ -217,7 +217,8 @@ func TestDirectShowStderr(t *testing.T) {
 	f.ok("procevent", "start", "s1")
 	f.mode("terminal", "crash")
 	errs = f.fails("process-failed", "extension", "process-event", "sig", "result.terminal", "--result-file", filepath.Join(f.h.Inbox(), "s1.2.result"))
-	if !strings.HasSuffix(errs, "entrypoint exit status 7; its stderr is never stored: --show-stderr of fm extension bind, upgrade or process-event shows it\n") {
+	if !strings.Contains(errs, "entrypoint exit status 7; its stderr is never stored: --show-stderr of fm extension bind, upgrade or process-event shows it") ||
+		!strings.HasSuffix(errs, "a direct call with --confinement off checks whether they are the cause\n") {
 		t.Fatalf("terminal failure: %q", errs)
 	}
 }

@@ -321,7 +321,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64, stderr host
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
 			in := wire.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
-			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), stderr)
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, host.Call{RequestID: protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), Stderr: stderr})
 		}
 	} else {
 		out, err = pollBuiltin(ctx, d.h, r)

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/confine"
 	"firstmate.dev/fm/internal/errcode"
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
@@ -74,10 +75,12 @@ func ask[Out any](ctx context.Context, h *home.Home, m *Meta, b *binding.Binding
 	}
 	in := wire.ResultInput{SourceID: m.SourceID, Sequence: m.Sequence, Content: string(content)}
 	return host.Invoke(ctx, h, b, op, in, host.Call{
-		Adapter:   m.Adapter,
-		RequestID: o.RequestID,
-		SourceID:  m.SourceID,
-		Stderr:    o.Stderr,
+		Adapter:     m.Adapter,
+		RequestID:   o.RequestID,
+		SourceID:    m.SourceID,
+		Stderr:      o.Stderr,
+		Confinement: o.Confinement,
+		Notice:      o.Notice,
 	})
 }
 
@@ -121,6 +124,11 @@ type Direct struct {
 	Uncaptured bool
 	// Stderr, when set, receives the package's stderr (host.Call.Stderr).
 	Stderr host.StderrFunc
+	// Confinement, when set, replaces the home's confinement setting
+	// (host.Call.Confinement): --confinement of a direct call [CONF-5].
+	Confinement confine.Mode
+	// Notice receives what the kernel could not enforce (host.Call.Notice).
+	Notice func(string)
 }
 
 // Answer is the owner's answer to a direct result operation: the
@@ -217,7 +225,7 @@ func Poll(ctx context.Context, h *home.Home, adapter string, in wire.PollInput, 
 	if err != nil {
 		return nil, evidenceFor(err, ""), nil
 	}
-	out, err := pollExtension(ctx, h, b, adapter, in, o.RequestID, o.Stderr)
+	out, err := pollExtension(ctx, h, b, adapter, in, host.Call{RequestID: o.RequestID, Stderr: o.Stderr, Confinement: o.Confinement, Notice: o.Notice})
 	if errcode.Is(err, errcode.HostResource) {
 		return nil, nil, err
 	}
@@ -289,10 +297,11 @@ func holdForDirectPoll(ctx context.Context, h *home.Home, id string, uncaptured 
 	return pctx, func() { endWatch(); c.release(); d.close() }, nil
 }
 
-// pollExtension runs source.poll on b; nil output with a nil error is no
-// result.
-func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in wire.PollInput, requestID string, stderr host.StderrFunc) ([]byte, error) {
-	p, err := host.Invoke(ctx, h, b, host.Poll, in, host.Call{Adapter: adapter, RequestID: requestID, SourceID: in.SourceID, Stderr: stderr})
+// pollExtension runs source.poll on b as c says (its request id, stderr and
+// confinement); nil output with a nil error is no result.
+func pollExtension(ctx context.Context, h *home.Home, b *binding.Binding, adapter string, in wire.PollInput, c host.Call) ([]byte, error) {
+	c.Adapter, c.SourceID = adapter, in.SourceID
+	p, err := host.Invoke(ctx, h, b, host.Poll, in, c)
 	if err != nil {
 		return nil, err
 	}

@@ -315,11 +315,32 @@ func EvidenceFor(err error, extensionID string) []byte {
 	ev := wire.Evidence{Code: string(errcode.Of(err)), ExtensionID: extensionID, Operation: wire.OpPoll, Schema: wire.EvidenceSchema}
 	var r *refusal
 	if errors.As(err, &r) {
-		ev.Detail = printable(r.Detail, MaxDetail)
+		ev.Detail = r.Detail
 	}
+	var c *confinedNote
+	if errors.As(err, &c) {
+		ev.Detail = strings.TrimPrefix(ev.Detail+"; "+c.note, "; ")
+	}
+	ev.Detail = printable(ev.Detail, MaxDetail)
 	b, _ := strictjson.Canonical(ev)
 	return b
 }
+
+// confinedNote carries the host's account of a failed invocation's
+// confinement (Confined).
+type confinedNote struct {
+	note string
+	err  error
+}
+
+func (c *confinedNote) Error() string { return c.err.Error() }
+func (c *confinedNote) Unwrap() error { return c.err }
+
+// Confined marks err, the failure of an invocation that ran confined, with
+// the host's note on it ([CONF-5]): EvidenceFor adds the note to the
+// evidence's detail, so a failed poll's evidence says it ran confined. The
+// note is host text, never package text.
+func Confined(err error, note string) error { return &confinedNote{note: note, err: err} }
 
 // printable bounds s to n bytes of printable ASCII: any other byte becomes
 // '?', and a longer text is cut and ends in "...". The host's refusal texts

@@ -168,3 +168,22 @@ type HistoryEntry struct {
 	Code     string `json:"code"`
 	Detail   string `json:"detail"`
 }
+
+// Confinement is what `fm home confinement --json` prints: the home's
+// confinement setting, the kernel's Landlock ABI and what each bound package
+// is confined to ([CONF-2]).
+type Confinement struct {
+	Mode     string              `json:"mode"`     // enforce, strict or off
+	Set      bool                `json:"set"`      // false: the default (no config/confinement)
+	ABI      int                 `json:"abi"`      // the kernel's Landlock ABI; 0: none
+	Summary  string              `json:"summary"`  // the one line doctor and verify print
+	Bindings []ConfinedExtension `json:"bindings"` // in id order
+}
+
+// ConfinedExtension is what one bound package is confined to.
+type ConfinedExtension struct {
+	ExtensionID string   `json:"extension_id"`
+	Confined    bool     `json:"confined"`
+	Rules       []string `json:"rules"`  // the rules in force: "rx /usr", "no tcp", ...
+	Lacked      []string `json:"lacked"` // what its ruleset needs and the kernel lacks
+}

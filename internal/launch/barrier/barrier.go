@@ -38,11 +38,18 @@ const FdArg = "__fm-launch-barrier-fd"
 // Descriptors of a barrier: its end of the release socket (a stream socket
 // pair, which the host reads end of file from once the barrier's end is
 // closed: at the execve, which closes it, or at the barrier's exit), and for
-// FdArg the open entrypoint.
+// FdArg the open entrypoint, and for a confined barrier its Landlock
+// ruleset.
 const (
 	ReleaseFd = 3
 	ExecFd    = 4
+	RulesetFd = 5
 )
+
+// Confined, appended to argv[1] (Arg, ArgvArg or FdArg), makes the barrier
+// restrict itself with the Landlock ruleset at RulesetFd right before its
+// execve [CONF-4]; it never executes anything unrestricted then.
+const Confined = "+confined"
 
 // scriptFd is where the entrypoint's descriptor sits when it is executed: a
 // script's interpreter is handed the name "/dev/fd/3" and opens it there, so
@@ -81,8 +88,9 @@ func Env(env []string) []string { return append([]string{RuntimeEnv}, env...) }
 
 // Exit statuses of a barrier that never became the entrypoint.
 const (
-	NotReleased = 125 // no release byte: the host died or gave up
-	ExecFailed  = 127 // execve of the entrypoint failed
+	NotReleased   = 125 // no release byte: the host died or gave up
+	ExecFailed    = 127 // execve of the entrypoint failed
+	ConfineFailed = 123 // the kernel refused the ruleset: nothing was executed
 )
 
 // init runs the barrier as soon as os is initialised (see the package
@@ -121,20 +129,31 @@ func init() { Maybe() }
 // scriptFd) is closed on exec, the controlling terminal is given up, every
 // signal is reset to its default action and unblocked, and the umask is
 // EntrypointUmask [INV-2], [INV-3].
+//
+// With Confined appended to its mode, the barrier then sets no-new-privileges
+// and restricts itself with the ruleset at RulesetFd (see confine) on the
+// thread that calls execve; a refusal of either exits ConfineFailed.
 func Maybe() {
-	if len(os.Args) < 2 || (os.Args[1] != Arg && os.Args[1] != ArgvArg && os.Args[1] != FdArg) {
+	if len(os.Args) < 2 {
 		return
 	}
-	os.Exit(run())
+	mode, confined := os.Args[1], false
+	if n := len(mode) - len(Confined); n > 0 && mode[n:] == Confined {
+		mode, confined = mode[:n], true
+	}
+	if mode != Arg && mode != ArgvArg && mode != FdArg {
+		return
+	}
+	os.Exit(run(mode, confined))
 }
 
-func run() int {
+func run(mode string, confined bool) int {
 	var path string
 	var argv []string
 	switch {
-	case os.Args[1] == Arg && len(os.Args) == 4:
+	case mode == Arg && len(os.Args) == 4:
 		path, argv = os.Args[2], []string{os.Args[2], os.Args[3]}
-	case os.Args[1] != Arg && len(os.Args) >= 4:
+	case mode != Arg && len(os.Args) >= 4:
 		// ArgvArg or FdArg: exactly that argv.
 		path, argv = os.Args[2], os.Args[3:]
 	default:
@@ -159,9 +178,12 @@ func run() int {
 		}
 		break
 	}
-	if os.Args[1] != FdArg {
+	if mode != FdArg {
 		if clean(ReleaseFd) != nil {
 			return ExecFailed
+		}
+		if confined && restrict() != nil {
+			return ConfineFailed
 		}
 		_ = syscall.Exec(path, argv, env)
 		return ExecFailed
@@ -183,8 +205,35 @@ func run() int {
 	if clean(keep) != nil {
 		return ExecFailed
 	}
+	if confined && restrict() != nil {
+		return ConfineFailed
+	}
 	execveat(scriptFd, argv, env)
 	return ExecFailed
+}
+
+// sysLandlockRestrictSelf is landlock_restrict_self's number, the same on
+// every architecture that has it; prNoNewPrivs is the kernel's
+// PR_SET_NO_NEW_PRIVS.
+const (
+	sysLandlockRestrictSelf = 446
+	prNoNewPrivs            = 38
+)
+
+// restrict sets no-new-privileges (Landlock requires it of a process without
+// CAP_SYS_ADMIN, and a setuid program the package runs then gains nothing)
+// and applies the ruleset at RulesetFd to the calling thread, the one that
+// calls execve: the runtime's other threads end at the execve, so the
+// program executed is restricted from its first instruction. The ruleset's
+// descriptor is closed: the package does not get it.
+func restrict() error {
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prNoNewPrivs, 1, 0, 0, 0, 0); e != 0 {
+		return e
+	}
+	if _, _, e := syscall.RawSyscall(sysLandlockRestrictSelf, RulesetFd, 0, 0); e != 0 {
+		return e
+	}
+	return syscall.Close(RulesetFd)
 }
 
 // environ returns the barrier's environment exactly as execve passed it, from

@@ -247,9 +247,10 @@ type BoolResult struct {
 // (such as "extension-unavailable" or "extension-timeout"), the extension id
 // and the operation. It carries only host-chosen values, never package text.
 // Detail is this project's one extension of the contract's four keys:
-// present only when the host refused the package's answer, it is the host's
-// own parse detail (a byte offset, the pointer of an unknown member), at
-// most 200 bytes of printable ASCII.
+// present only when the host refused the package's answer or the package
+// ran confined ([CONF-5]), it is the host's own parse detail (a byte
+// offset, the pointer of an unknown member) and its note on the
+// confinement, at most 200 bytes of printable ASCII.
 type Evidence struct {
 	Code        string `json:"code"`
 	Detail      string `json:"detail,omitzero"`
