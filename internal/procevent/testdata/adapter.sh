@@ -15,6 +15,8 @@
 #   gate (write $state/started.<source-id>, wait for $state/release, result),
 #   inherit (write its pid to $state/inherit.pid, then exec sleep 3),
 #   slow (record start and end times in $state/times, sleep 2, result),
+#   rendezvous (as slow, but instead of sleeping wait until as many sources
+#   as $state/rendezvous names have started a poll, at most 60 s),
 #   file (the result object is the content of $state/poll-result, verbatim).
 # classify: the token in mode-classify (default fake-class).
 # handshake: timed (record start and end times in $state/times, as slow
@@ -78,6 +80,19 @@ poll:gate)
 poll:slow)
 	echo "start $src $(date +%s.%N)" >>"$state/times"
 	sleep 2
+	echo "end $src $(date +%s.%N)" >>"$state/times"
+	result "event $src $rid" ;;
+poll:rendezvous)
+	: >"$state/arrived.$src"
+	echo "start $src $(date +%s.%N)" >>"$state/times"
+	want=$(cat "$state/rendezvous")
+	i=0
+	while [ $i -lt 300 ]; do
+		set -- "$state"/arrived.*
+		[ $# -ge "$want" ] && break
+		sleep 0.2
+		i=$((i + 1))
+	done
 	echo "end $src $(date +%s.%N)" >>"$state/times"
 	result "event $src $rid" ;;
 classify:) ok '{"classification":"fake-class"}' ;;
