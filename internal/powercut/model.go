@@ -2,6 +2,7 @@ package powercut
 
 import (
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,8 +74,44 @@ func (f *FS) syncDir(p string, st *unix.Stat_t) error {
 			f.dur[id] = empty(filepath.Join(p, e.Name()), &cst)
 		}
 	}
-	f.dur[f.idOf(st.Ino)] = in
+	dirID := f.idOf(st.Ino)
+	f.dur[dirID] = in
+	f.commitMoves(dirID, in)
 	return nil
+}
+
+// renamed notes a rename of backing entry old of directory from to new
+// of directory to (paths), for commitMoves.
+func (f *FS) renamed(from, old, to, new string) {
+	if from == to {
+		return
+	}
+	var fst, tst, st unix.Stat_t
+	if unix.Lstat(from, &fst) != nil || unix.Lstat(to, &tst) != nil || unix.Lstat(filepath.Join(to, new), &st) != nil {
+		return
+	}
+	f.moves = append(f.moves, move{from: f.idOf(fst.Ino), to: f.idOf(tst.Ino), id: f.idOf(st.Ino), old: old})
+}
+
+// commitMoves makes the renames into directory dir, just synced with
+// entries in, durable in their source directories too: the old name no
+// longer names the moved inode there.
+func (f *FS) commitMoves(dir uint64, in *inode) {
+	kept := f.moves[:0]
+	for _, m := range f.moves {
+		if m.to != dir {
+			kept = append(kept, m)
+			continue
+		}
+		src := f.dur[m.from]
+		if src == nil || src.entries[m.old] != m.id {
+			continue
+		}
+		entries := maps.Clone(src.entries)
+		delete(entries, m.old)
+		f.dur[m.from] = &inode{mode: src.mode, entries: entries}
+	}
+	f.moves = kept
 }
 
 // empty is the model's inode for an entry whose inode never synced.

@@ -217,7 +217,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return e
 	}
 	defer n.fs.end()
-	return n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
+	e := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
+	if np, ok := newParent.(*node); ok && e == 0 && flags&unix.RENAME_EXCHANGE == 0 {
+		n.fs.renamed(n.path(), name, np.path(), newName)
+	}
+	return e
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -225,6 +229,17 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return e
 	}
 	defer n.fs.end()
+	if _, parent := n.Parent(); f == nil && parent == nil && n.tmpfd >= 0 {
+		// An unnamed file has no path to change it by (fchmod sends no
+		// handle): change it through the descriptor the layer kept.
+		fd, err := syscall.Dup(n.tmpfd)
+		if err != nil {
+			return errno(err)
+		}
+		h := newFile(n.fs, fd)
+		defer h.Release(ctx)
+		f = h
+	}
 	return n.LoopbackNode.Setattr(ctx, f, in, out)
 }
 

@@ -56,7 +56,12 @@ const (
 	// its entries durable as they are at that moment (names only: an
 	// inode a new entry names keeps the bytes of its own last sync, empty
 	// if it had none). A new name is durable only once its directory is
-	// fsynced, a rename only once both directories are.
+	// fsynced. A rename between two directories is one change, as a
+	// journaling file system commits it: the sync of its destination makes
+	// the new name durable and drops the old one from the source's durable
+	// entries with it, while a sync of the source alone makes only the
+	// removal durable (so a program that syncs the source first loses the
+	// entry to a cut between the two syncs).
 	Strict Model = iota
 	// Ordered is like ext4 with data=ordered and no periodic commit: any
 	// sync, of any file or directory, is a journal commit that makes the
@@ -96,8 +101,16 @@ type FS struct {
 	frozen  map[uint64]*inode // the model at the cut; nil until then
 	tmpfds  []int             // descriptors of unnamed files, kept for LINK
 	counted []string          // what each counted operation was, when Trace is on
+	moves   []move            // renames between directories not yet synced at their destination
 	// Trace keeps the name of every counted operation (Ops).
 	Trace bool
+}
+
+// move is a rename of inode id from name old of directory from to
+// directory to.
+type move struct {
+	from, to, id uint64
+	old          string
 }
 
 // inode is one inode of the durable model.
@@ -165,7 +178,7 @@ func (f *FS) mount(backing string) error {
 	f.backing = backing
 	f.ids = map[uint64]uint64{}
 	f.dur = map[uint64]*inode{}
-	f.ops, f.cutAt, f.frozen, f.counted = 0, 0, nil, nil
+	f.ops, f.cutAt, f.frozen, f.counted, f.moves = 0, 0, nil, nil, nil
 	var st unix.Stat_t
 	if err := unix.Lstat(backing, &st); err != nil {
 		return err
@@ -180,13 +193,13 @@ func (f *FS) mount(backing string) error {
 	r.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
 		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, fs: f, tmpfd: -1}
 	}
-	zero := time.Duration(0)
+	// Names and attributes may be cached by the kernel: every change goes
+	// through this mount, and a cut mounts a new one, whose cache starts
+	// empty.
+	keep, zero := time.Hour, time.Duration(0)
 	srv, err := fs.Mount(f.mnt, root, &fs.Options{
 		MountOptions: fuse.MountOptions{FsName: "powercut", Name: "powercut", DisableXAttrs: true, MaxBackground: 16},
-		// No caching of names or attributes: every lookup reaches the
-		// layer, so a name the layer dropped is never served from the
-		// kernel's cache of an earlier mount generation.
-		EntryTimeout: &zero, AttrTimeout: &zero, NegativeTimeout: &zero,
+		EntryTimeout: &keep, AttrTimeout: &keep, NegativeTimeout: &zero,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: mount %s: %v", ErrUnavailable, f.mnt, err)
@@ -286,7 +299,8 @@ func (f *FS) Cut() error {
 	return f.mount(nb)
 }
 
-// Close unmounts and removes the backing directory.
+// Close unmounts and removes the backing directory; once closed, it does
+// nothing.
 func (f *FS) Close() error {
 	err := f.unmount()
 	removeTree(f.backing)
@@ -294,6 +308,10 @@ func (f *FS) Close() error {
 }
 
 func (f *FS) unmount() error {
+	if f.server == nil {
+		return nil
+	}
+	defer func() { f.server = nil }()
 	var err error
 	for range 50 {
 		if err = f.server.Unmount(); err == nil {
@@ -307,7 +325,13 @@ func (f *FS) unmount() error {
 			return fmt.Errorf("unmount %s: %v; lazy: %v: %s", f.mnt, err, lerr, out)
 		}
 	}
-	f.server.Wait()
+	waited := make(chan struct{})
+	go func() { f.server.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("unmount %s: the mount is still in use after a lazy unmount", f.mnt)
+	}
 	f.mu.Lock()
 	for _, fd := range f.tmpfds {
 		unix.Close(fd)
@@ -326,4 +350,16 @@ func removeTree(p string) {
 		return nil
 	})
 	os.RemoveAll(p)
+}
+
+// Save copies the live tree (synced or not) to dst, for a seed of later
+// mounts. Nothing may be writing to the mount.
+func (f *FS) Save(dst string) error {
+	f.mu.Lock()
+	b := f.backing
+	f.mu.Unlock()
+	if out, err := exec.Command("cp", "-a", b+"/.", dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s: %v: %s", b, err, out)
+	}
+	return nil
 }

@@ -1,0 +1,402 @@
+package reliability
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"firstmate.dev/fm/internal/binding"
+	"firstmate.dev/fm/internal/home"
+	"firstmate.dev/fm/internal/powercut"
+	"firstmate.dev/fm/internal/testpkg"
+)
+
+// The power-loss sweep: every durable path of fm run with its home on a
+// powercut file system (internal/powercut), cut before its k-th operation
+// for k = 1 .. K+1 (K: the operations of an uncut run; the last point cuts
+// after the command finished), rebuilt from what was synced, and checked by
+// fm's own recovery (the next command, reconcile) and the invariants of
+// docs/reliability.md. FM_POWERCUT_FULL=1 (make powercut) takes every k;
+// without it every stride-th, so that each path costs at most
+// FM_POWERCUT_POINTS (default 12) cut points. FM_POWERCUT_MODEL=ordered
+// uses the ext4-ordered-like model instead of strict POSIX.
+
+// pcWorld is a world whose home is on a powercut mount.
+type pcWorld struct {
+	*world
+	fs     *powercut.FS
+	mnt    string
+	work   string
+	pkg    string
+	token  string // the registration of source s in the seed, if any
+	pkgDig string
+	bindDg string // the binding's digest in the seed, if any
+	cutOps []string
+}
+
+// pcPath is one durable path: seed builds the home the command starts from
+// (on an uncut mount), args is the command cut at every point, and after
+// checks what a cut run r left, after the power came back.
+type pcPath struct {
+	name  string
+	seed  func(w *pcWorld)
+	args  func(w *pcWorld) []string
+	after func(w *pcWorld, r *run)
+}
+
+func TestPowerCut(t *testing.T) {
+	if err := powercut.Available(); err != nil {
+		t.Skipf("the power-loss sweep needs FUSE: %v", err)
+	}
+	model := powercut.Strict
+	if os.Getenv("FM_POWERCUT_MODEL") == "ordered" {
+		model = powercut.Ordered
+	}
+	full := os.Getenv("FM_POWERCUT_FULL") == "1"
+	budget := envInt(t, "FM_POWERCUT_POINTS", 12)
+	total, took := 0, time.Duration(0)
+	for _, p := range pcPaths() {
+		t.Run(p.name, func(t *testing.T) {
+			n, d := sweep(t, p, model, full, budget)
+			total += n
+			took += d
+			t.Logf("powercut %s (%s): %d cut points, 0 violations, %s per cut point", p.name, model, n, (d / time.Duration(max(n, 1))).Round(time.Millisecond))
+		})
+	}
+	if !t.Failed() {
+		t.Logf("powercut total (%s): %d cut points, 0 violations, %s per cut point", model, total, (took / time.Duration(max(total, 1))).Round(time.Millisecond))
+	}
+}
+
+// sweep runs path p cut at every chosen point and returns how many points
+// it checked and what they took.
+func sweep(t *testing.T, p pcPath, model powercut.Model, full bool, budget int) (int, time.Duration) {
+	w := newPCWorld(t, p, model)
+	// The uncut run counts the operations.
+	w.mount(model)
+	w.fs.Arm(1 << 30)
+	r := w.run(p.args(w))
+	k, _ := w.fs.Ops()
+	w.cut()
+	p.after(w, r)
+	w.fs.Close()
+	stride := 1
+	if !full {
+		stride = max(1, (k+budget-1)/budget)
+	}
+	first := 1
+	if only := os.Getenv("FM_POWERCUT_ONLY"); only != "" {
+		first, _ = strconv.Atoi(only)
+		k, stride = first-1, 1
+	}
+	start := time.Now()
+	n := 0
+	for i := first; i <= k+1; i += stride {
+		w.note = fmt.Sprintf("powercut %s (%s): cut before operation %d of %d", p.name, model, i, k)
+		w.mount(model)
+		w.fs.Arm(i)
+		r := w.run(p.args(w))
+		w.cut()
+		p.after(w, r)
+		w.fs.Close()
+		n++
+	}
+	return n, time.Since(start)
+}
+
+// newPCWorld builds path p's seed: a home on an uncut mount, set up by
+// p.seed and saved as the tree every cut point starts from.
+func newPCWorld(t *testing.T, p pcPath, model powercut.Model) *pcWorld {
+	t.Helper()
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testpkg.Unlock(base) })
+	mnt, work, seed := filepath.Join(base, "mnt"), filepath.Join(base, "work"), filepath.Join(base, "seed")
+	for _, d := range []string{mnt, work, seed, filepath.Join(base, "root", "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &home.Home{Root: filepath.Join(base, "root"), Dir: filepath.Join(mnt, "home")}
+	h.State = filepath.Join(h.Dir, "state")
+	w := &pcWorld{world: &world{t: t, base: base, h: h, env: []string{"PATH=" + os.Getenv("PATH"), "FM_HOME=" + h.Dir, "FM_ROOT_OVERRIDE=" + h.Root}}, mnt: mnt, work: work}
+	w.pkg = w.makePackage("pkg", fakeID, `["fake"]`)
+	f, err := powercut.Mount(mnt, work, "", model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.fs = f
+	f.Trace = os.Getenv("FM_POWERCUT_TRACE") == "1"
+	t.Cleanup(func() {
+		if w.fs != nil {
+			if t.Failed() && w.fs.Trace {
+				t.Logf("operations before the last cut: %q", w.cutOps)
+			}
+			w.fs.Close()
+		}
+	})
+	w.must(os.Mkdir(h.Dir, 0o700))
+	w.mode(fakeID, "invoke", "", "echo")
+	p.seed(w)
+	w.must(f.Save(seed))
+	w.must(f.Close())
+	return w
+}
+
+// mount mounts the seed for one cut point.
+func (w *pcWorld) mount(model powercut.Model) {
+	w.t.Helper()
+	f, err := powercut.Mount(w.mnt, w.work, filepath.Join(w.base, "seed"), model)
+	w.must(err)
+	w.fs = f
+	f.Trace = os.Getenv("FM_POWERCUT_TRACE") == "1"
+}
+
+// cut kills whatever of the world still runs and cuts the power.
+func (w *pcWorld) cut() {
+	w.t.Helper()
+	w.killStrays()
+	_, w.cutOps = w.fs.Ops()
+	if err := w.fs.Cut(); err != nil {
+		w.failf("cut: %v", err)
+	}
+}
+
+// killStrays kills every process of the world's packages (a cut leaves
+// them running, as a power cut would not).
+func (w *pcWorld) killStrays() {
+	ents, _ := os.ReadDir(filepath.Join(w.h.State, "extensions"))
+	for _, e := range ents {
+		for _, pid := range testpkg.Processes("FIRSTMATE_EXTENSION_STATE=" + w.fakeState(e.Name())) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// run runs fm in a process group of its own, killed as a group when it
+// ends or after a minute (a cut run fails at the cut, with EIO).
+func (w *pcWorld) run(args []string) *run {
+	w.t.Helper()
+	cmd := exec.Command(fmBin, args...)
+	cmd.Env = w.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		w.failf("start fm: %v", err)
+	}
+	timer := time.AfterFunc(time.Minute, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	err := cmd.Wait()
+	timer.Stop()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		w.failf("fm %s: %v", strings.Join(args, " "), err)
+	}
+	return &run{args: args, stdout: out.String(), stderr: errb.String(), took: time.Since(start), code: cmd.ProcessState.ExitCode()}
+}
+
+// invariants checks, after the power came back and fm's recovery ran, what
+// docs/reliability.md promises of every home: the registries and the inbox
+// load, every result is whole (the output of the poll of its sequence),
+// and every wake names a captured result.
+func (w *pcWorld) invariants() {
+	w.t.Helper()
+	w.bindings()
+	w.sources()
+	present := map[string]bool{}
+	for _, res := range w.inbox() {
+		present[res.Path] = true
+		data, err := os.ReadFile(res.Path)
+		if err != nil {
+			w.failf("[CAP-1] read %s: %v", res.Path, err)
+		}
+		if want := pollContent("event s", "s", res.Sequence, w.token, w.pkgDig); string(data) != want {
+			w.failf("[CAP-1] result %s holds %q, want the whole output %q", res.Path, data, want)
+		}
+	}
+	for _, wk := range w.wakes() {
+		id, seq, ok := wakeResult(wk.Key)
+		if !ok || !present[filepath.Join(w.h.Inbox(), fmt.Sprintf("%s.%d.result", id, seq))] {
+			w.failf("[CAP-2] wake %q announces no captured result", wk.Line())
+		}
+	}
+}
+
+// bindSeed binds the fake package and notes its digests.
+func (w *pcWorld) bindSeed() {
+	w.ok(nil, "extension", "bind", w.pkg, "--adapter", fakeAdapter, "--trust-same-user-code")
+	b := w.binding(fakeID)
+	w.pkgDig, w.bindDg = b.PackageDigest, b.Digest
+}
+
+// registerSeed binds and registers source s.
+func (w *pcWorld) registerSeed() {
+	w.bindSeed()
+	r := w.ok(nil, "procevent", "register-extension", fakeAdapter, "s", "--config-ref", "ref-s")
+	w.token = field(r.stdout, "owner-token")
+}
+
+// captureAgain is the recovery of every path that may have captured:
+// reconcile announces every unhandled result (a result whose runner was cut
+// before its wake left its pending marker, which makes it due at once), and
+// the next start captures with a sequence above every one present, never
+// one reported before.
+func (w *pcWorld) captureAgain(reported []string) {
+	w.t.Helper()
+	for _, p := range reported {
+		if _, err := os.Stat(p); err != nil {
+			w.failf("[CAP-1] %s was reported captured and is gone after the cut: %v", p, err)
+		}
+	}
+	w.ok(nil, "procevent", "reconcile")
+	w.invariants()
+	announced := map[string]bool{}
+	for _, wk := range w.wakes() {
+		announced[wk.Key] = true
+	}
+	above := int64(0)
+	for _, res := range w.inbox() {
+		above = max(above, res.Sequence)
+		if key := fmt.Sprintf("procevent:s:%d", res.Sequence); !res.Handled && !announced[key] {
+			w.failf("[CAP-2] unhandled result %s has no wake after reconcile", res.Path)
+		}
+	}
+	r := w.ok(nil, "procevent", "start", "s")
+	want := filepath.Join(w.h.Inbox(), fmt.Sprintf("s.%d.result", above+1))
+	if got := field(r.stdout, "captured"); got != want || slices.Contains(reported, got) {
+		w.failf("[RID-1] the next start captured %q, want %q (the sequence after every one present, never one reported before)", got, want)
+	}
+	w.invariants()
+}
+
+// captured lists the "captured: <path>" lines of r.
+func captured(r *run) []string {
+	var out []string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if p, ok := strings.CutPrefix(l, "captured: "); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func pcPaths() []pcPath {
+	bind := func(w *pcWorld) []string {
+		return []string{"extension", "bind", w.pkg, "--adapter", fakeAdapter, "--trust-same-user-code"}
+	}
+	return []pcPath{
+		{name: "capture", seed: (*pcWorld).registerSeed,
+			args: func(*pcWorld) []string { return []string{"procevent", "start", "s"} },
+			after: func(w *pcWorld, r *run) {
+				w.invariants()
+				w.captureAgain(captured(r))
+			}},
+		{name: "bind", seed: func(*pcWorld) {},
+			args: bind,
+			after: func(w *pcWorld, r *run) {
+				printed := field(r.stdout, "binding-digest")
+				if b := w.binding(fakeID); printed != "" && (b == nil || b.Digest != printed) {
+					w.failf("[BIND-6] bind printed binding %s, and after the cut the registry holds %+v", printed, b)
+				}
+				w.okOr(nil, []string{"binding-exists"}, bind(w)...)
+				b := w.binding(fakeID)
+				if b == nil {
+					w.failf("[BIND-6] no binding after the next bind")
+				}
+				w.pkgDig = b.PackageDigest
+				// The installed copy must be whole: the package runs.
+				rr := w.ok(nil, "procevent", "register-extension", fakeAdapter, "s", "--config-ref", "ref-s")
+				w.token = field(rr.stdout, "owner-token")
+				w.captureAgain(nil)
+			}},
+		{name: "register-extension", seed: (*pcWorld).bindSeed,
+			args: func(*pcWorld) []string {
+				return []string{"procevent", "register-extension", fakeAdapter, "s", "--config-ref", "ref-s"}
+			},
+			after: func(w *pcWorld, r *run) {
+				printed := field(r.stdout, "owner-token")
+				now := ""
+				for _, s := range w.sources() {
+					if s.SourceID == "s" {
+						now = s.Token
+					}
+				}
+				if printed != "" && now != printed {
+					w.failf("[REG-2] register printed generation %s, and after the cut %q is registered", printed, now)
+				}
+				rr := w.ok(nil, "procevent", "register-extension", fakeAdapter, "s", "--config-ref", "ref-s")
+				w.token = field(rr.stdout, "owner-token")
+				w.captureAgain(nil)
+			}},
+		{name: "retire-binding", seed: (*pcWorld).bindSeed,
+			args: func(w *pcWorld) []string {
+				return []string{"extension", "retire-binding", fakeID, "--if-binding-digest", w.bindDg}
+			},
+			after: func(w *pcWorld, r *run) {
+				kept := filepath.Join(w.h.RetiredBindings(), fakeID, binding.Hex(w.bindDg)+".json")
+				_, err := os.Stat(kept)
+				retained := err == nil
+				switch now := w.binding(fakeID); {
+				case now != nil && now.Digest != w.bindDg:
+					w.failf("[LIFE-2] the enabled binding changed to %s", now.Digest)
+				case now != nil && r.code == 0:
+					w.failf("[LIFE-2] retire-binding succeeded, and after the cut the binding is enabled")
+				case now == nil && !retained:
+					w.failf("[LIFE-2] binding %s is neither enabled nor retained at %s", w.bindDg, kept)
+				}
+				w.okOr(nil, []string{"binding-missing"}, "extension", "retire-binding", fakeID, "--if-binding-digest", w.bindDg)
+				if _, err := os.Stat(kept); w.binding(fakeID) != nil || err != nil {
+					w.failf("[LIFE-2] after the next retire-binding the binding is enabled or not retained at %s", kept)
+				}
+			}},
+		{name: "handled", seed: func(w *pcWorld) {
+			w.registerSeed()
+			w.ok(nil, "procevent", "start", "s")
+		},
+			args: func(*pcWorld) []string { return []string{"procevent", "handled", "s", "1"} },
+			after: func(w *pcWorld, r *run) {
+				handled := func() bool {
+					for _, res := range w.inbox() {
+						if res.Sequence == 1 {
+							return res.Handled
+						}
+					}
+					w.failf("[CAP-1] result s.1, captured before the cut, is gone")
+					return false
+				}
+				if r.code == 0 && !handled() {
+					w.failf("[CAP-3] handled printed %q, and after the cut s.1 is unhandled", strings.TrimSpace(r.stdout))
+				}
+				w.ok(nil, "procevent", "handled", "s", "1")
+				if !handled() {
+					w.failf("[CAP-3] s.1 is unhandled after the next handled")
+				}
+				w.captureAgain(nil)
+			}},
+		{name: "retire", seed: (*pcWorld).registerSeed,
+			args: func(w *pcWorld) []string { return []string{"procevent", "retire", "s", "--if-owner", w.token} },
+			after: func(w *pcWorld, r *run) {
+				if r.code == 0 && len(w.sources()) != 0 {
+					w.failf("[REG-4] retire succeeded, and after the cut s is registered")
+				}
+				w.ok(nil, "procevent", "retire", "s", "--if-owner", w.token)
+				if len(w.sources()) != 0 {
+					w.failf("[REG-4] s is registered after the next retire")
+				}
+				w.invariants()
+			}},
+	}
+}
