@@ -60,7 +60,8 @@ func everyCut(t *testing.T, setup func(dir string), call func(dir string) error,
 // TestMoveNoReplaceSurvivesEveryCut: a moved entry is at its old name or
 // its new one after a cut at any point, and at the new one once the move
 // returned. Syncing the source directory before the destination (as
-// retire-binding did) loses it to a cut between the two syncs.
+// retire-binding did) loses it to a cut between the two syncs: a retired
+// binding is enabled or retained, never neither [LIFE-2].
 func TestMoveNoReplaceSurvivesEveryCut(t *testing.T) {
 	everyCut(t, func(dir string) {
 		for _, d := range []string{"a", "b"} {
@@ -95,7 +96,8 @@ func TestMoveNoReplaceSurvivesEveryCut(t *testing.T) {
 }
 
 // TestMkdirAtSurvivesACut: a directory MkdirAt created is there after a
-// cut once the call returned.
+// cut once the call returned: procevent's registry and inbox directories,
+// without which a printed registration is lost [REG-2].
 func TestMkdirAtSurvivesACut(t *testing.T) {
 	everyCut(t, func(string) {}, func(dir string) error {
 		d, err := os.Open(dir)
@@ -112,7 +114,8 @@ func TestMkdirAtSurvivesACut(t *testing.T) {
 }
 
 // TestSyncFSOnFUSE: on FUSE, where syncfs(2) reaches no daemon, SyncFS
-// still makes the tree under its directory durable (bind's store copy).
+// still makes the tree under its directory durable (bind's store copy,
+// whole once bind reports it [BIND-5]).
 func TestSyncFSOnFUSE(t *testing.T) {
 	everyCut(t, func(dir string) {
 		if err := MkdirAllSync(filepath.Join(dir, "t", "sub"), 0o700); err != nil {
