@@ -27,9 +27,9 @@ import (
 // after the command finished), rebuilt from what was synced, and checked by
 // fm's own recovery (the next command, reconcile) and the invariants of
 // docs/reliability.md. FM_POWERCUT_FULL=1 (make powercut) takes every k;
-// without it every stride-th, so that each path costs at most
-// FM_POWERCUT_POINTS cut points (default 3, for CI; 1: only the cut after
-// the command finished). FM_POWERCUT_MODEL=ordered
+// without it FM_POWERCUT_POINTS-1 points spread evenly over 1..K besides
+// the cut after the command finished (default 3, for CI; 1: only that
+// one). FM_POWERCUT_MODEL=ordered
 // uses the ext4-ordered-like model instead of strict POSIX.
 
 // pcWorld is a world whose home is on a powercut mount.
@@ -97,23 +97,22 @@ func sweep(t *testing.T, p pcPath, model powercut.Model, full bool, budget int) 
 		n++
 		return ops
 	}
-	first, last, stride := 1, 0, 1
+	var ks []int
 	if only := os.Getenv("FM_POWERCUT_ONLY"); only != "" {
-		first, _ = strconv.Atoi(only)
-		last = first
+		k, _ := strconv.Atoi(only)
+		ks = []int{k}
 	} else {
 		w.note = fmt.Sprintf("powercut %s (%s): cut after the command finished", p.name, model)
-		last = point(1 << 30)
-		switch {
-		case full:
-		case budget == 1:
-			last = 0
-		default:
-			stride = max(1, (last+budget-2)/(budget-1))
+		last := point(1 << 30)
+		for i := 1; i <= last; i++ {
+			// Without full, budget-1 points spread evenly over 1..K.
+			if full || (i*(budget-1))/max(last, 1) != ((i-1)*(budget-1))/max(last, 1) {
+				ks = append(ks, i)
+			}
 		}
 	}
-	for k := first; k <= last; k += stride {
-		w.note = fmt.Sprintf("powercut %s (%s): cut before operation %d of %d", p.name, model, k, last)
+	for _, k := range ks {
+		w.note = fmt.Sprintf("powercut %s (%s): cut before operation %d", p.name, model, k)
 		point(k)
 	}
 	return n, time.Since(start), layer
