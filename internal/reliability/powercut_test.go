@@ -28,7 +28,7 @@ import (
 // fm's own recovery (the next command, reconcile) and the invariants of
 // docs/reliability.md. FM_POWERCUT_FULL=1 (make powercut) takes every k;
 // without it FM_POWERCUT_POINTS-1 points spread evenly over 1..K besides
-// the cut after the command finished (default 3, for CI; 1: only that
+// the cut after the command finished (default 2, for CI; 1: only that
 // one). FM_POWERCUT_MODEL=ordered
 // uses the ext4-ordered-like model instead of strict POSIX.
 
@@ -64,7 +64,7 @@ func TestPowerCut(t *testing.T) {
 		model = powercut.Ordered
 	}
 	full := os.Getenv("FM_POWERCUT_FULL") == "1"
-	budget := envInt(t, "FM_POWERCUT_POINTS", 3)
+	budget := envInt(t, "FM_POWERCUT_POINTS", 2)
 	var total int
 	var took, layer time.Duration
 	for _, p := range pcPaths() {
