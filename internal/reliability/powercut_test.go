@@ -253,7 +253,7 @@ func (w *pcWorld) invariants() {
 
 // bindSeed binds the fake package and notes its digests.
 func (w *pcWorld) bindSeed() {
-	w.ok(nil, "extension", "bind", w.pkg, "--adapter", fakeAdapter, "--trust-same-user-code")
+	w.ok(nil, pcBind(w)...)
 	b := w.binding(fakeID)
 	w.pkgDig, w.bindDg = b.PackageDigest, b.Digest
 }
@@ -309,10 +309,15 @@ func captured(r *run) []string {
 	return out
 }
 
+// pcBind is the bind of the fake package. Its 30 s poll timeout is far
+// above an echo poll's duration on a loaded machine, so a poll never ends
+// in timeout evidence, which is not the output the checks expect.
+func pcBind(w *pcWorld) []string {
+	return []string{"extension", "bind", w.pkg, "--adapter", fakeAdapter, "--trust-same-user-code", "--timeout-ms", "30000"}
+}
+
 func pcPaths() []pcPath {
-	bind := func(w *pcWorld) []string {
-		return []string{"extension", "bind", w.pkg, "--adapter", fakeAdapter, "--trust-same-user-code"}
-	}
+	bind := pcBind
 	return []pcPath{
 		{name: "capture", seed: (*pcWorld).registerSeed,
 			args: func(*pcWorld) []string { return []string{"procevent", "start", "s"} },
