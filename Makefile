@@ -6,9 +6,13 @@
 #   make bench   measures against the floor (see docs/performance.md)
 #   make crash   2,000 crash-injection points; make soak: the 10-minute serve
 #                soak (see docs/reliability.md)
+#   make powercut  the power-loss sweep: every durable path cut before each of
+#                its operations on a FUSE file system that forgets what was
+#                not synced, both models, and the mutation proof
+#                (docs/reliability.md, "Power loss"; needs fuse3)
 GO ?= go
 
-.PHONY: build demo test test-root test-race test-unprivileged fuzz bench crash soak vet
+.PHONY: build demo test test-root test-race test-unprivileged fuzz bench crash soak powercut vet
 
 build:
 	$(GO) build -o bin/fm ./cmd/fm
@@ -43,3 +47,6 @@ crash:
 
 soak:
 	bash bench/soak.sh
+
+powercut:
+	bash scripts/powercut.sh

@@ -250,6 +250,9 @@ func SyncDir(dir string) error {
 		return errcode.Wrap(errcode.Internal, err, "open directory %q", dir)
 	}
 	defer f.Close()
+	if dropped("sync-dir") {
+		return nil
+	}
 	if err := fsyncDir(int(f.Fd())); err != nil {
 		return errcode.Wrap(errcode.Internal, err, "sync directory %q", dir)
 	}
@@ -324,6 +327,9 @@ var syncParent = syncDir
 // opened for the fsync; mkdir in it still succeeded, as with os.MkdirAll, so
 // that one case is accepted without the fsync rather than refused.
 func syncDir(dir string) error {
+	if dropped("mkdir-parent") {
+		return nil
+	}
 	f, err := os.Open(dir)
 	if errors.Is(err, os.ErrPermission) {
 		return nil

@@ -331,7 +331,9 @@ func unchanged(src string, copied *walker, want *Tree, opts Options) error {
 // one flush instead of one per entry: the I/O floor of "cp -a" plus "sync -f".
 // The rename that publishes the copy is made durable afterwards by the fsync
 // of the parent, so after Install returns a crash leaves the store directory
-// complete, and before that it leaves at most a temp directory.
+// complete, and before that it leaves at most a temp directory. On a FUSE
+// file system, where syncfs reaches no daemon, fsutil.SyncFS fsyncs every
+// entry of the copy instead.
 //
 // Since Linux 5.8 syncfs reports a write-back error of the file system, but
 // only one that the open file has not yet seen: the kernel samples the file
@@ -342,10 +344,7 @@ func unchanged(src string, copied *walker, want *Tree, opts Options) error {
 // background write-back of the copy that failed is then reported here,
 // whoever saw it first.
 func flush(dir *os.File) error {
-	if err := unix.Syncfs(int(dir.Fd())); err != nil {
-		return errcode.Wrap(errcode.Internal, err, "syncfs %s", dir.Name())
-	}
-	return nil
+	return fsutil.SyncFS(dir)
 }
 
 // sameShape checks that a fresh walk of the source lists exactly want's

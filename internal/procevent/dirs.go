@@ -97,7 +97,7 @@ func (d *dirs) tighten() error {
 func (d *dirs) child(path string, create bool) (*os.File, error) {
 	name := filepath.Base(path)
 	if create {
-		if err := unix.Mkdirat(int(d.state.Fd()), name, 0o700); err != nil && err != unix.EEXIST {
+		if err := fsutil.MkdirAt(d.state, name, 0o700); err != nil && err != unix.EEXIST {
 			return nil, errcode.Wrap(errcode.PathUnsafe, err, "create directory %q", path)
 		}
 	} else if _, err := os.Lstat(path); os.IsNotExist(err) {

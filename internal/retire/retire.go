@@ -132,7 +132,9 @@ var beforeMove func(b *binding.Binding)
 // is refused, path-unsafe, never made up empty and retired). The rename replaces
 // nothing; a dst that already holds the very same bytes (the binding was
 // retired before and restored by copy) is kept and the enabled file removed.
-// Both directories are fsynced, so the move is durable when it returns, and
+// Both directories are fsynced, dst's first (fsutil.MoveNoReplace), so the
+// move is durable when it returns, a crash never leaves the binding under
+// neither name, and
 // moving dst back restores the binding.
 func moveBinding(b *binding.Binding, dst string, mkdir bool) error {
 	if beforeMove != nil {
@@ -153,7 +155,10 @@ func moveBinding(b *binding.Binding, dst string, mkdir bool) error {
 	if err := ensure(dir, false); err != nil {
 		return err
 	}
-	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, b.Path, unix.AT_FDCWD, dst); err != nil {
+	if err := fsutil.MoveNoReplace(b.Path, dst); err != nil {
+		if _, raw := err.(unix.Errno); !raw {
+			return err
+		}
 		if err == unix.EEXIST {
 			old, rerr := os.ReadFile(dst)
 			if rerr == nil && bytes.Equal(old, data) {
@@ -165,8 +170,5 @@ func moveBinding(b *binding.Binding, dst string, mkdir bool) error {
 		}
 		return errcode.Wrap(errcode.Internal, err, "retire binding %q", b.Path)
 	}
-	if err := fsutil.SyncDir(filepath.Dir(b.Path)); err != nil {
-		return err
-	}
-	return fsutil.SyncDir(dir)
+	return nil
 }

@@ -409,14 +409,12 @@ func moveUnit(src, dst string) error {
 // rename moves src to dst without replacing an existing dst, then fsyncs
 // both parent directories.
 func rename(src, dst string) error {
-	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, src, unix.AT_FDCWD, dst); err != nil {
-		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			return errcode.New(errcode.TransferExists, "%s already exists", dst)
-		}
+	switch err := fsutil.MoveNoReplace(src, dst); {
+	case errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY):
+		return errcode.New(errcode.TransferExists, "%s already exists", dst)
+	case errors.As(err, new(unix.Errno)):
 		return errcode.Wrap(errcode.Internal, err, "move %s to %s", src, dst)
-	}
-	if err := fsutil.SyncDir(filepath.Dir(dst)); err != nil {
+	default:
 		return err
 	}
-	return fsutil.SyncDir(filepath.Dir(src))
 }
