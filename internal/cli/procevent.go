@@ -409,7 +409,7 @@ func (f *directFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&f.resultFile, "result-file", "", "a captured result directly inside the inbox (result.*: required)")
 	fs.StringVar(&f.requestID, "request-id", "", "the request id, sha256:<64 hex> (default: random)")
 	fs.BoolVar(&f.uncaptured, "uncaptured", false, "source.poll: poll a source id registered in this home anyway; its event is consumed and NOT captured")
-	fs.BoolVar(&f.showStderr, "show-stderr", false, "print the package's stderr (at most 8192 bytes per invocation, escaped) on stderr; it is never stored")
+	fs.BoolVar(&f.showStderr, "show-stderr", false, "print the package's stderr (at most 8192 bytes per invocation, escaped), and the diagnostic of an ok=false answer, on stderr; neither is stored")
 	fs.StringVar(&f.confinement, "confinement", "", "enforce, strict or off: this call's confinement instead of the home's (off: check whether confinement is what makes a package fail)")
 }
 
@@ -440,7 +440,7 @@ func extensionProcessEvent(e *Env, pe *directFlags, args []string) error {
 		}
 	}
 	if pe.showStderr {
-		o.Stderr = showStderr(e.Stderr)
+		o.Stderr, o.Diagnostic = showStderr(e.Stderr), showDiagnostic(e.Stderr)
 	}
 	if op == wire.OpPoll {
 		return directPoll(e, adapter, pe.sourceID, pe.configRef, pe.resultFile, o)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"firstmate.dev/fm/internal/host"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // showStderr is the --show-stderr of a direct call ([OP-2]): it prints the
@@ -38,6 +39,21 @@ func showStderr(w io.Writer) host.StderrFunc {
 		if total > int64(len(kept)) {
 			fmt.Fprintf(w, "stderr[%s] cut: %d bytes written, the first %d shown\n", verb, total, len(kept))
 		}
+	}
+}
+
+// showDiagnostic is the other half of a direct call's --show-stderr: the
+// diagnostic of an ok=false answer, which the host otherwise drops, shown
+// once as `diagnostic[<code>]: <text>` (` (retryable)` after the code when
+// the package said so), escaped as stderr is. Like stderr it goes only to
+// the operator who asked, on this one call.
+func showDiagnostic(w io.Writer) host.DiagnosticFunc {
+	return func(code wire.Code, retryable bool, diagnostic string) {
+		retry := ""
+		if retryable {
+			retry = " (retryable)"
+		}
+		fmt.Fprintf(w, "diagnostic[%s]%s: %s\n", code, retry, escapeLine(diagnostic))
 	}
 }
 

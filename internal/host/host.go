@@ -538,10 +538,30 @@ type Call struct {
 	// this call's handshake and invoke: an operator's explicit check of
 	// whether confinement is what makes a package fail [CONF-5].
 	Confinement confine.Mode
+	// Diagnostic, when set, receives the diagnostic of a well-formed
+	// ok=false answer of the invoke, which is otherwise validated and
+	// dropped: an operator's opt-in (a direct call's --show-stderr, a
+	// source's debug log), never evidence [PROTO-4].
+	Diagnostic DiagnosticFunc
 	// Notice, when set, is told once per call when the package runs with
 	// less confinement than its binding's ruleset (enforce on a kernel that
 	// lacks a feature) [CONF-3]: a direct call prints it.
 	Notice func(string)
+}
+
+// DiagnosticFunc receives the code, retryability and diagnostic of an
+// invoke's ok=false answer.
+type DiagnosticFunc func(code wire.Code, retryable bool, diagnostic string)
+
+// show hands the diagnostic of out, an invoke's answer to requestID, to f
+// when f is set and out is a well-formed ok=false answer.
+func (f DiagnosticFunc) show(out []byte, requestID string) {
+	if f == nil {
+		return
+	}
+	if resp, err := protocol.DecodeResponse(out, requestID); err == nil && !resp.OK {
+		f(resp.Error.Code, resp.Error.Retryable, resp.Error.Diagnostic)
+	}
 }
 
 // StderrFunc receives the stderr of one invocation: its verb ("handshake" or
@@ -662,6 +682,7 @@ func Invoke[In, Out any](ctx context.Context, h *home.Home, b *binding.Binding, 
 	}
 	raw, err := protocol.CheckResponse(out, c.RequestID)
 	if err != nil {
+		c.Diagnostic.show(out, c.RequestID)
 		return nil, v.explain(&b.Record, "invoke", err)
 	}
 	decoded, err := op.Decode(raw)

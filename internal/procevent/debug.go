@@ -13,6 +13,7 @@ import (
 	"firstmate.dev/fm/internal/home"
 	"firstmate.dev/fm/internal/host"
 	"firstmate.dev/fm/internal/protocol"
+	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // The operator's debug log of a source [STAT-6].
@@ -25,7 +26,9 @@ import (
 // line per stderr line, `<time> stderr[<verb>]: <line as a Go quoted ASCII
 // string>`, so no control byte, escape sequence or invalid UTF-8 reaches a
 // terminal that shows it, then `<time> stderr[<verb>] cut: <n> bytes
-// written` when the package wrote more than was kept. When the log would pass
+// written` when the package wrote more than was kept; and the diagnostic of
+// an ok=false answer as `<time> diagnostic[<code>]: <quoted>` (with
+// ` (retryable)` after the code when the package said so). When the log would pass
 // maxDebugLog it is rotated: the old one becomes <id>.stderr.1 (replacing
 // the one before). Nothing of it enters evidence, a wake, the history or any
 // output of fm: it is the operator's own file, turned on per source.
@@ -103,6 +106,29 @@ func (l *stderrLog) collect() host.StderrFunc {
 			l.lines = append(l.lines, fmt.Sprintf("%s stderr[%s] cut: %d bytes written, the first %d kept\n", now, verb, total, len(kept)))
 		}
 	}
+}
+
+// diagnostic is the host.DiagnosticFunc of a pass with debugging on.
+func (l *stderrLog) diagnostic() host.DiagnosticFunc {
+	return func(code wire.Code, retryable bool, diagnostic string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		retry := ""
+		if retryable {
+			retry = " (retryable)"
+		}
+		l.lines = append(l.lines, fmt.Sprintf("%s diagnostic[%s]%s: %s\n", stamp(time.Now()), code, retry, strconv.QuoteToASCII(diagnostic)))
+	}
+}
+
+// call is the host.Call of a poll of a pass: its request id, and with
+// debugging on (l not nil) the collectors of its stderr and diagnostic.
+func (l *stderrLog) call(requestID string) host.Call {
+	c := host.Call{RequestID: requestID}
+	if l != nil {
+		c.Stderr, c.Diagnostic = l.collect(), l.diagnostic()
+	}
+	return c
 }
 
 // save appends what was collected to the log of id in dir, rotating it.

@@ -234,12 +234,10 @@ func (d *dirs) pass(ctx context.Context, r *Registration, hp *healthPass) (*Outc
 		return nil, err
 	}
 
-	var stderr host.StderrFunc
 	if r.External() && debugging(hp.dir, id) {
 		hp.stderr = &stderrLog{}
-		stderr = hp.stderr.collect()
 	}
-	p, err := d.poll(pctx, r, seq, stderr)
+	p, err := d.poll(pctx, r, seq, hp.stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -308,10 +306,10 @@ type polled struct {
 	owner   *binding.Binding
 }
 
-// poll runs one poll of r, handing an extension's stderr to stderr when it
-// is set. A built-in failure, any interrupted poll and a host fault
+// poll runs one poll of r, handing an extension's stderr and ok=false
+// diagnostic to dbg when it is set (the source's debug log). A built-in failure, any interrupted poll and a host fault
 // (host-resource) are errors: nothing is captured for them.
-func (d *dirs) poll(ctx context.Context, r *Registration, seq int64, stderr host.StderrFunc) (*polled, error) {
+func (d *dirs) poll(ctx context.Context, r *Registration, seq int64, dbg *stderrLog) (*polled, error) {
 	var (
 		out []byte
 		b   *binding.Binding
@@ -321,7 +319,7 @@ func (d *dirs) poll(ctx context.Context, r *Registration, seq int64, stderr host
 		b, err = registeredBinding(d.h, r)
 		if err == nil {
 			in := wire.PollInput{SourceID: r.SourceID, ConfigRef: r.ConfigRef}
-			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, host.Call{RequestID: protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest), Stderr: stderr})
+			out, err = pollExtension(ctx, d.h, b, r.Adapter, in, dbg.call(protocol.PollRequestID(r.Adapter, r.SourceID, seq, r.Token, r.PackageDigest)))
 		}
 	} else {
 		out, err = pollBuiltin(ctx, d.h, r)

@@ -79,6 +79,7 @@ func ask[Out any](ctx context.Context, h *home.Home, m *Meta, b *binding.Binding
 		RequestID:   o.RequestID,
 		SourceID:    m.SourceID,
 		Stderr:      o.Stderr,
+		Diagnostic:  o.Diagnostic,
 		Confinement: o.Confinement,
 		Notice:      o.Notice,
 	})
@@ -124,6 +125,9 @@ type Direct struct {
 	Uncaptured bool
 	// Stderr, when set, receives the package's stderr (host.Call.Stderr).
 	Stderr host.StderrFunc
+	// Diagnostic, when set, receives an ok=false answer's diagnostic
+	// (host.Call.Diagnostic).
+	Diagnostic host.DiagnosticFunc
 	// Confinement, when set, replaces the home's confinement setting
 	// (host.Call.Confinement): --confinement of a direct call [CONF-5].
 	Confinement confine.Mode
@@ -225,7 +229,7 @@ func Poll(ctx context.Context, h *home.Home, adapter string, in wire.PollInput, 
 	if err != nil {
 		return nil, evidenceFor(err, ""), nil
 	}
-	out, err := pollExtension(ctx, h, b, adapter, in, host.Call{RequestID: o.RequestID, Stderr: o.Stderr, Confinement: o.Confinement, Notice: o.Notice})
+	out, err := pollExtension(ctx, h, b, adapter, in, host.Call{RequestID: o.RequestID, Stderr: o.Stderr, Diagnostic: o.Diagnostic, Confinement: o.Confinement, Notice: o.Notice})
 	if errcode.Is(err, errcode.HostResource) {
 		return nil, nil, err
 	}
