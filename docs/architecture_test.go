@@ -57,7 +57,7 @@ func modulePackages(t *testing.T, root string) map[string][]string {
 // architectureRow is one row of the package table of architecture.md.
 type architectureRow struct {
 	callers string // the third column, as written
-	line    int
+	line    int    // its line in architecture.md: rows further down are lower layers
 }
 
 // architectureTable reads the table under "## Packages" of architecture.md:
@@ -90,6 +90,13 @@ func architectureTable(t *testing.T) map[string]architectureRow {
 	return rows
 }
 
+// outsideLayers are the rows the downward rule does not bind: test fixtures,
+// and the public packages under pkg/, which import host internals today
+// (architecture.md says which; the SDK is to import none).
+func outsideLayers(pkg string) bool {
+	return strings.HasPrefix(pkg, "pkg/") || pkg == "internal/testpkg" || pkg == "internal/reliability" || pkg == "internal/powercut"
+}
+
 // namedCallers are the backquoted names of a callers column: a package path
 // (`internal/cli`) or a folder ending in a slash (`bench/`, `examples/`).
 func namedCallers(column string) []string {
@@ -109,8 +116,9 @@ func openCallers(column string) bool {
 
 // The package table of docs/architecture.md is the imports as they are: every
 // package of cmd/, internal/ and pkg/ has a row, every module package that
-// imports it is named among its callers (or the row admits any caller), and
-// every package named as a caller does import it.
+// imports it is named among its callers (or the row admits any caller),
+// every package named as a caller does import it, and a package imports only
+// packages whose rows stand below its own (but outsideLayers).
 func TestArchitectureTableMatchesImports(t *testing.T) {
 	imports := modulePackages(t, "..")
 	rows := architectureTable(t)
@@ -157,6 +165,11 @@ func TestArchitectureTableMatchesImports(t *testing.T) {
 		for _, n := range named {
 			if _, isPkg := imports[n]; isPkg && !slices.Contains(importers[pkg], n) {
 				t.Errorf("architecture.md:%d: %s is named as a caller of %s but does not import it", row.line, n, pkg)
+			}
+		}
+		for _, dep := range imports[pkg] {
+			if below, ok := rows[dep]; ok && below.line < row.line && !outsideLayers(pkg) {
+				t.Errorf("architecture.md:%d: %s imports %s, whose row stands above it (imports point down the table)", row.line, pkg, dep)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package procevent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"firstmate.dev/fm/internal/protocol"
 	"firstmate.dev/fm/internal/strictjson"
 	"firstmate.dev/fm/internal/wake"
-	"firstmate.dev/fm/pkg/adapter/wire"
 )
 
 // Per-source operator state [STAT-1]..[STAT-4], [OP-5].
@@ -130,13 +128,14 @@ func healthName(id string) string { return id + ".json" }
 // stamp is t as the history writes it.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// detailOf is the detail evidence would carry for err or, where evidence
-// carries none, the host's own message as serve logs it; either bounded to
-// protocol.MaxDetail printable bytes.
+// detailOf is the host's account of err for the history: the refusal
+// detail evidence would carry where an answer was refused, else the host's
+// own message as serve logs it (whose head says what failed: "entrypoint
+// killed by signal 9", which the evidence's confinement note alone would
+// not); either bounded to protocol.MaxDetail printable bytes.
 func detailOf(err error) string {
-	var ev wire.Evidence
-	if json.Unmarshal(protocol.EvidenceFor(err, ""), &ev) == nil && ev.Detail != "" {
-		return ev.Detail
+	if d := protocol.RefusalDetail(err); d != "" {
+		return d
 	}
 	return protocol.Printable(err.Error(), protocol.MaxDetail)
 }

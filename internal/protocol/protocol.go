@@ -326,6 +326,17 @@ func EvidenceFor(err error, extensionID string) []byte {
 	return b
 }
 
+// RefusalDetail is the host's account of a refused answer in err, printable
+// and bounded as evidence carries it, without the confinement note; "" when
+// err refused no answer.
+func RefusalDetail(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return printable(r.Detail, MaxDetail)
+	}
+	return ""
+}
+
 // confinedNote carries the host's account of a failed invocation's
 // confinement (Confined).
 type confinedNote struct {

@@ -407,7 +407,7 @@ func TestHomeJSONListings(t *testing.T) {
 	}
 	h.T = t
 
-	f.answer(`{"bindings":[{"adapter_names":["tiny"],"binding":"/h/b.json","binding_digest":"`+digestA+`","capability":"process-event-adapter","capability_version":1,"extension_id":"org.example.tiny","extension_version":"1.2.3","package_digest":"`+digestB+`"}]}`, "", 0)
+	f.answer(`{"bindings":[{"adapter_names":["tiny"],"binding":"/h/b.json","binding_digest":"`+digestA+`","capability":"process-event-adapter","capability_version":1,"extension_id":"org.example.tiny","extension_version":"1.2.3","handshake_timeout_ms":5000,"package_digest":"`+digestB+`"}]}`, "", 0)
 	if es := h.Extensions(); len(es) != 1 || es[0].BindingDigest != digestA || !slices.Equal(es[0].AdapterNames, []string{"tiny"}) || es[0].Binding != "/h/b.json" {
 		t.Errorf("extensions %+v", es)
 	}
