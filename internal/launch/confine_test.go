@@ -87,3 +87,53 @@ func TestRulesetConfinesTheEntrypoint(t *testing.T) {
 		t.Fatalf("the entrypoint holds descriptors %v, want 0-3 (and ls's own)", fds)
 	}
 }
+
+// [CONF-1]: a confined entrypoint has no capability whatever its uid, and
+// so cannot read /proc/<pid>/environ of a process outside its domain (here
+// the test, its parent): run by root, CAP_SYS_ADMIN or CAP_PERFMON alone
+// lets it past Landlock's ptrace rule.
+func TestConfinedEntrypointHasNoCapabilities(t *testing.T) {
+	t.Parallel()
+	if confine.Probe() < 1 {
+		t.Skip("this kernel has no Landlock")
+	}
+	f := newFixture(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	rs, _, err := confine.Build(confine.Enforce, confine.Probe(), confine.Grant{PackageRoot: dir, State: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	script := filepath.Join(dir, "ep")
+	body := "#!/bin/sh\nhead -c 1 /proc/$PPID/environ >/dev/null 2>&1 && echo environ-read\ngrep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := os.Open(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	s := f.spec("good")
+	s.Path, s.Exec, s.Ruleset = script, ep, rs
+	res, err := Run(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout)
+	if strings.Contains(out, "environ-read") {
+		t.Fatalf("the confined entrypoint read its parent's environ: %q", out)
+	}
+	// A user other than root keeps its bounding set, which no-new-privileges
+	// leaves unusable; root's must be empty.
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(l, "\t")
+		if strings.Trim(v, "0") != "" && (k != "CapBnd:" || os.Geteuid() == 0) {
+			t.Fatalf("the confined entrypoint holds capabilities: %q", out)
+		}
+	}
+	if strings.Count(out, "Cap") != 4 {
+		t.Fatalf("stdout %q: want its four capability sets", out)
+	}
+}

@@ -221,19 +221,61 @@ const (
 )
 
 // restrict sets no-new-privileges (Landlock requires it of a process without
-// CAP_SYS_ADMIN, and a setuid program the package runs then gains nothing)
-// and applies the ruleset at RulesetFd to the calling thread, the one that
-// calls execve: the runtime's other threads end at the execve, so the
-// program executed is restricted from its first instruction. The ruleset's
-// descriptor is closed: the package does not get it.
+// CAP_SYS_ADMIN, and a setuid program the package runs then gains nothing),
+// takes every capability out of reach of the program executed (see
+// dropCapabilities) and applies the ruleset at RulesetFd to the calling
+// thread, the one that calls execve: the runtime's other threads end at the
+// execve, so the program executed is restricted from its first instruction.
+// The ruleset's descriptor is closed: the package does not get it.
 func restrict() error {
 	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prNoNewPrivs, 1, 0, 0, 0, 0); e != 0 {
 		return e
+	}
+	if err := dropCapabilities(); err != nil {
+		return err
 	}
 	if _, _, e := syscall.RawSyscall(sysLandlockRestrictSelf, RulesetFd, 0, 0); e != 0 {
 		return e
 	}
 	return syscall.Close(RulesetFd)
+}
+
+// Kernel numbers for dropCapabilities: PR_CAPBSET_DROP, PR_CAP_AMBIENT and
+// its PR_CAP_AMBIENT_CLEAR_ALL, and the highest capability number a kernel
+// may know (CAP_LAST_CAP is 40 on Linux 6.x; the rest are refused, EINVAL).
+const (
+	prCapbsetDrop        = 24
+	prCapAmbient         = 47
+	prCapAmbientClearAll = 4
+	lastCap              = 63
+)
+
+// dropCapabilities empties the bounding and ambient sets of the calling
+// thread, so the program it executes has no capability, whatever its uid: a
+// confined package run by root would otherwise keep root's capabilities
+// past Landlock, and CAP_SYS_ADMIN or CAP_PERFMON alone let it read
+// /proc/<pid>/environ and maps of processes outside its domain (fm's
+// environment, the caller's), besides loading modules or using raw
+// sockets. Without CAP_SETPCAP (a user other than root) the bounding set
+// cannot be changed and needs no change: with no-new-privileges such a
+// process gains no capability at execve. A uid 0 that cannot drop them is
+// refused.
+func dropCapabilities() error {
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0, 0, 0, 0); e != 0 && e != syscall.EINVAL {
+		return e
+	}
+	for c := uintptr(0); c <= lastCap; c++ {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prCapbsetDrop, c, 0, 0, 0, 0)
+		switch {
+		case e == syscall.EINVAL:
+			return nil // past the kernel's last capability
+		case e == syscall.EPERM && syscall.Geteuid() != 0:
+			return nil
+		case e != 0:
+			return e
+		}
+	}
+	return nil
 }
 
 // environ returns the barrier's environment exactly as execve passed it, from
