@@ -216,7 +216,8 @@ var codeList = func() string {
 
 // CheckResponse verifies an invoke response (DecodeResponse) and returns its
 // result object. A well-formed ok=false answer becomes extension-<code>; its
-// diagnostic is validated and dropped, never returned.
+// diagnostic is validated and left out of the error (host.Call.Diagnostic
+// hands it to the operator's opt-ins).
 func CheckResponse(data []byte, requestID string) ([]byte, error) {
 	resp, err := DecodeResponse(data, requestID)
 	if err != nil {
@@ -230,7 +231,7 @@ func CheckResponse(data []byte, requestID string) ([]byte, error) {
 	if e.Retryable {
 		retry = " (retryable)"
 	}
-	return nil, errcode.New(errcode.Code("extension-"+string(e.Code)), "the package answered %s%s; its diagnostic is not shown", e.Code, retry)
+	return nil, errcode.New(errcode.Code("extension-"+string(e.Code)), "the package answered %s%s; its diagnostic is shown only where asked: --show-stderr of a direct call, or the source's debug log (fm procevent debug)", e.Code, retry)
 }
 
 // DecodeResult parses an operation's result object into the operation's exact
