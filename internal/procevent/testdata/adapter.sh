@@ -83,8 +83,8 @@ poll:slow)
 	echo "end $src $(date +%s.%N)" >>"$state/times"
 	result "event $src $rid" ;;
 poll:rendezvous)
-	: >"$state/arrived.$src"
 	echo "start $src $(date +%s.%N)" >>"$state/times"
+	: >"$state/arrived.$src" # after its start line: no poll ends before every start is written
 	want=$(cat "$state/rendezvous")
 	i=0
 	while [ $i -lt 300 ]; do
