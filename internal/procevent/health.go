@@ -155,11 +155,15 @@ func readHealth(dir *os.File, id string) (*Health, error) {
 	if err := strictjson.Decode(data, maxHealth, what, &s); err != nil {
 		return nil, err
 	}
-	if s.Schema != HealthSchema || s.SourceID != id || s.Failures < 0 || len(s.History) > HistoryLen || !s.knownCodes() {
-		return nil, errcode.New(errcode.SchemaInvalid, "%s: schema must be %q for source %q with at most %d entries, each code one of fm's", what, HealthSchema, id, HistoryLen)
+	if s.Schema != HealthSchema || s.SourceID != id || !countable(s.Failures) || (s.Run != nil && (!countable(s.Run.Count) || s.Run.Count < 1)) || len(s.History) > HistoryLen || !s.knownCodes() {
+		return nil, errcode.New(errcode.SchemaInvalid, "%s: schema must be %q for source %q with counts 0..%d and at most %d entries, each code one of fm's", what, HealthSchema, id, MaxSeq, HistoryLen)
 	}
 	return &s, nil
 }
+
+// countable reports whether n is a count the status file carries exactly:
+// 0..MaxSeq, the integers a JSON number keeps (the counters stop there).
+func countable(n int64) bool { return n >= 0 && n <= MaxSeq }
 
 // knownCodes reports whether every code of s is "" or one of errcode.All.
 func (s *Health) knownCodes() bool {
@@ -261,7 +265,7 @@ func (p *healthPass) failed(err error) {
 	if s.Failures == 0 {
 		s.FailedAt = stamp(p.now)
 	}
-	s.Failures++
+	s.Failures = min(s.Failures+1, MaxSeq)
 	s.Code, s.Detail = string(errcode.Of(err)), detailOf(err)
 }
 
@@ -284,7 +288,7 @@ func (p *healthPass) collapse(d *dirs, r *Registration, failure error) (int64, b
 	if run.Code != string(errcode.Of(failure)) || run.BindingDigest != r.BindingDigest {
 		return 0, false
 	}
-	run.Count++
+	run.Count = min(run.Count+1, MaxSeq)
 	run.Last, run.Detail = stamp(p.now), detailOf(failure)
 	p.note(OutcomeCollapsed, run.Evidence, errcode.Of(failure), run.Detail)
 	return run.Evidence, true

@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"firstmate.dev/fm/internal/fsutil"
@@ -68,5 +71,42 @@ func TestReadStatus(t *testing.T) {
 	f.ok("procevent", "handled", "w1", "1")
 	if st, err = procevent.ReadStatus(f.h); err != nil || st.Unhandled != 0 || st.Results != 1 {
 		t.Fatalf("after handled: %+v, %v", st, err)
+	}
+}
+
+// [STAT-1] The counts of a status file stay in 0..MaxSeq, the integers its
+// JSON keeps exactly: a count at the bound stops there instead of wrapping
+// (fm then refused the file it had written itself, and with it the
+// collapse of [OP-5]), and a file with a count outside is not trusted.
+func TestStatusCountsStayExact(t *testing.T) {
+	f := newFixture(t)
+	f.bind()
+	f.registerExt("s1")
+	f.mode("poll", "exit7")
+	f.ok("procevent", "reconcile")
+	path := filepath.Join(f.h.State, "procevent-status", "s1.json")
+	set := func(failures, count string) {
+		t.Helper()
+		doc := f.read(path)
+		doc = regexp.MustCompile(`"consecutive_failures":-?[0-9]+`).ReplaceAllString(doc, `"consecutive_failures":`+failures)
+		doc = regexp.MustCompile(`"count":-?[0-9]+`).ReplaceAllString(doc, `"count":`+count)
+		f.write(path, doc, 0o600)
+	}
+	max := strconv.FormatInt(procevent.MaxSeq, 10)
+	set(max, max)
+	f.ok("procevent", "reconcile")
+	doc := f.read(path)
+	if !strings.Contains(doc, `"consecutive_failures":`+max) || !strings.Contains(doc, `"count":`+max) {
+		t.Fatalf("counts at the bound did not stay there: %s", doc)
+	}
+	if out := f.ok("procevent", "status", "s1"); strings.Contains(out, "not trusted") {
+		t.Fatalf("fm no longer trusts the file it wrote:\n%s", out)
+	}
+	for _, c := range [][2]string{{"-1", "1"}, {"1", "-1"}, {"1", "0"}, {max + "0", "1"}} {
+		set(c[0], c[1])
+		if out := f.ok("procevent", "status", "s1"); !strings.Contains(out, "not trusted") {
+			t.Fatalf("failures %s, count %s trusted:\n%s", c[0], c[1], out)
+		}
+		set("1", "1")
 	}
 }
